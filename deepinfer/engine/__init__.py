@@ -1,0 +1,1 @@
+"""Request lifecycle: scheduling, KV-cache management and output processing."""

@@ -1,0 +1,1 @@
+"""Turning conversations into prompts (chat templates) and protocol messages into conversations."""

@@ -1,0 +1,1 @@
+"""Runs the model: device buffers, batch preparation, forward and sampling."""

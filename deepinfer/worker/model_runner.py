@@ -1,0 +1,197 @@
+"""Model runner: keeps the per-request state the model needs, turns a SchedulerOutput into one
+flat batch, runs the forward pass and samples.
+
+Batch order: requests with one query token (decodes) first, then prefill chunks, so the
+attention backend can treat the decodes as one block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from deepinfer.layers.attention import AttentionBackend, AttentionBatch
+from deepinfer.layers.sampler import RowPenalties, Sampler, SamplerOutput, SamplingBatch
+from deepinfer.sampling_params import SamplingParams
+from deepinfer.worker.protocol import ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprobs
+
+
+@dataclass
+class RunnerRequest:
+    """The runner's copy of one request: its tokens, blocks and sampling rules."""
+
+    request_id: str
+    token_ids: list[int]
+    num_prompt_tokens: int
+    sampling_params: SamplingParams
+    sampling_seed: int
+    block_ids: list[int]
+    state_slot: int
+    num_computed_tokens: int
+    prompt_tensor: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @classmethod
+    def from_new(cls, data: NewRequestData) -> "RunnerRequest":
+        return cls(
+            request_id=data.request_id,
+            token_ids=data.prompt_token_ids + data.output_token_ids,
+            num_prompt_tokens=len(data.prompt_token_ids),
+            sampling_params=data.sampling_params,
+            sampling_seed=data.sampling_seed,
+            block_ids=list(data.block_ids),
+            state_slot=data.state_slot,
+            num_computed_tokens=data.num_computed_tokens,
+        )
+
+
+def row_seed(request_seed: int, output_index: int) -> int:
+    """Seed of the noise for one request's ``output_index``-th token.
+
+    A pure function of the request's seed and the position, so sampling does not depend on
+    the batch, on other requests, or on whether the request was preempted and recomputed.
+    """
+    x = (request_seed * 0x9E3779B97F4A7C15 + output_index * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 31
+    return x & 0x7FFFFFFFFFFFFFFF
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        kv_caches: list[torch.Tensor],
+        attn_backend: AttentionBackend,
+        block_size: int,
+        device: torch.device,
+        eos_token_ids: frozenset[int],
+    ) -> None:
+        self.model = model
+        self.kv_caches = kv_caches
+        self.attn_backend = attn_backend
+        self.block_size = block_size
+        self.device = device
+        self.eos_token_ids = eos_token_ids
+        self.sampler = Sampler(device)
+        self.requests: dict[str, RunnerRequest] = {}
+
+    # ---- state -------------------------------------------------------------------------------
+    def _update_states(self, scheduled: SchedulerOutput) -> None:
+        for rid in scheduled.finished_request_ids:
+            self.requests.pop(rid, None)
+        for data in scheduled.new_requests:
+            self.requests[data.request_id] = RunnerRequest.from_new(data)
+        for delta in scheduled.cached_requests:
+            state = self.requests[delta.request_id]
+            state.block_ids.extend(delta.new_block_ids)
+            state.num_computed_tokens = delta.num_computed_tokens
+
+    # ---- one step ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute_model(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
+        self._update_states(scheduled)
+        grants = scheduled.num_scheduled_tokens
+        order = sorted(grants, key=lambda rid: grants[rid] != 1)  # stable: decodes first
+        states = [self.requests[rid] for rid in order]
+        counts = np.array([grants[rid] for rid in order], dtype=np.int64)
+        input_ids, positions, batch = self._prepare_inputs(states, counts)
+        metadata = self.attn_backend.build_metadata(batch, self.kv_caches, self.device)
+        hidden = self.model(input_ids, positions, metadata)
+
+        # Only requests whose every known token is now computed produce a token; a partial
+        # prefill chunk does not.
+        sampling = [i for i, s in enumerate(states) if s.num_computed_tokens + counts[i] == len(s.token_ids)]
+        for state, count in zip(states, counts):
+            state.num_computed_tokens += int(count)
+        sampled_per_request: list[list[int]] = [[] for _ in states]
+        logprobs: list[TokenLogprobs | None] = [None] * len(states)
+        if sampling:
+            last_token_rows = torch.from_numpy(batch.query_start_loc[1:][sampling] - 1).to(self.device)
+            logits = self.model.compute_logits(hidden[last_token_rows])
+            sampling_states = [states[i] for i in sampling]
+            result = self.sampler(logits, self._sampling_batch(sampling_states))
+            self._collect(result, sampling, sampling_states, sampled_per_request, logprobs)
+        return ModelRunnerOutput(order, sampled_per_request, logprobs)
+
+    def _prepare_inputs(self, states: list[RunnerRequest], counts: np.ndarray):
+        bs = self.block_size
+        starts = np.array([s.num_computed_tokens for s in states], dtype=np.int64)
+        query_start_loc = np.zeros(len(states) + 1, dtype=np.int64)
+        np.cumsum(counts, out=query_start_loc[1:])
+        positions = np.concatenate([np.arange(st, st + n) for st, n in zip(starts, counts)])
+        input_ids = np.concatenate([s.token_ids[st : st + n] for s, st, n in zip(states, starts, counts)])
+        block_of_token = np.concatenate(
+            [np.asarray(s.block_ids, dtype=np.int64)[np.arange(st, st + n) // bs] for s, st, n in zip(states, starts, counts)]
+        )
+        batch = AttentionBatch(
+            query_start_loc=query_start_loc,
+            seq_lens=starts + counts,
+            block_tables=[s.block_ids for s in states],
+            slot_mapping=block_of_token * bs + positions % bs,
+            num_decodes=int(np.count_nonzero(counts == 1)),
+            block_size=bs,
+        )
+        return (
+            torch.from_numpy(input_ids.astype(np.int64)).to(self.device),
+            torch.from_numpy(positions).to(self.device),
+            batch,
+        )
+
+    def _sampling_batch(self, states: list[RunnerRequest]) -> SamplingBatch:
+        params = [s.sampling_params for s in states]
+        dev = self.device
+        penalties, suppressed = {}, {}
+        for row, (s, p) in enumerate(zip(states, params)):
+            if p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0:
+                if s.prompt_tensor is None:
+                    s.prompt_tensor = torch.tensor(s.token_ids[: s.num_prompt_tokens], dtype=torch.long, device=dev)
+                penalties[row] = RowPenalties(
+                    prompt_token_ids=s.prompt_tensor,
+                    output_token_ids=torch.tensor(s.token_ids[s.num_prompt_tokens :], dtype=torch.long, device=dev),
+                    presence=p.presence_penalty,
+                    frequency=p.frequency_penalty,
+                    repetition=p.repetition_penalty,
+                )
+            if s.num_output_tokens < p.min_tokens:
+                stops = set(p.stop_token_ids) | (set() if p.ignore_eos else set(self.eos_token_ids))
+                if stops:
+                    suppressed[row] = sorted(stops)
+        wanted = [p.logprobs for p in params if p.logprobs is not None]
+        return SamplingBatch(
+            temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev),
+            top_k=torch.tensor([p.top_k for p in params], dtype=torch.long, device=dev),
+            top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=dev),
+            min_p=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=dev),
+            seeds=[None if p.greedy else row_seed(s.sampling_seed, s.num_output_tokens) for s, p in zip(states, params)],
+            penalties=penalties,
+            suppressed=suppressed,
+            num_logprobs=max(wanted) if wanted else None,
+        )
+
+    @staticmethod
+    def _collect(result: SamplerOutput, rows: list[int], states: list[RunnerRequest],
+                 sampled_per_request: list[list[int]], logprobs: list[TokenLogprobs | None]) -> None:
+        sampled = result.sampled.tolist()
+        has_logprobs = result.sampled_logprob is not None
+        if has_logprobs:
+            sampled_lp = result.sampled_logprob.tolist()
+            sampled_rank = result.sampled_rank.tolist()
+            top_ids = result.top_token_ids.tolist() if result.top_token_ids is not None else None
+            top_lp = result.top_logprobs.tolist() if result.top_logprobs is not None else None
+        for j, (row, state) in enumerate(zip(rows, states)):
+            token = sampled[j]
+            state.token_ids.append(token)
+            sampled_per_request[row] = [token]
+            n = state.sampling_params.logprobs
+            if has_logprobs and n is not None:
+                ids = top_ids[j][:n] if n else []
+                lps = top_lp[j][:n] if n else []
+                ranks = list(range(1, len(ids) + 1))
+                if token not in ids:
+                    ids, lps, ranks = ids + [token], lps + [sampled_lp[j]], ranks + [sampled_rank[j]]
+                logprobs[row] = TokenLogprobs(ids, lps, ranks)

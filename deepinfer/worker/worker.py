@@ -1,0 +1,121 @@
+"""Worker: one per device. Loads the model, sizes and allocates the KV cache, runs steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+from tqdm import tqdm
+
+from deepinfer import envs
+from deepinfer.config import EngineConfig
+from deepinfer.layers.attention import AttentionBatch, get_attention_backend
+from deepinfer.logger import init_logger
+from deepinfer.models.checkpoint import Checkpoint
+from deepinfer.models.registry import resolve_model_class
+from deepinfer.worker.cache_engine import CacheEngine
+from deepinfer.worker.model_runner import ModelRunner
+from deepinfer.worker.protocol import ModelRunnerOutput, SchedulerOutput
+
+logger = init_logger(__name__)
+
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the worker needs to know about the model beyond its config."""
+
+    hf_config: Any
+    dtype: torch.dtype
+    device: torch.device
+    max_model_len: int
+    eos_token_ids: frozenset[int]
+
+
+class Worker:
+    def __init__(self, config: EngineConfig, checkpoint: Checkpoint, spec: ModelSpec) -> None:
+        self.config = config
+        self.spec = spec
+        self.device = spec.device
+        if self.device.type == "cpu" and envs.DEEPINFER_CPU_THREADS > 0:
+            torch.set_num_threads(envs.DEEPINFER_CPU_THREADS)
+        self.model = self._load_model(checkpoint)
+        self.attn_backend = get_attention_backend("torch")
+        arch = self.model.arch
+        self.block_size = config.cache.block_size
+        self.num_blocks = self._decide_num_blocks(arch.num_kv_heads, arch.head_dim)
+        self.cache_engine = CacheEngine(self.attn_backend, self.model.num_kv_caches, self.num_blocks,
+                                        self.block_size, arch.num_kv_heads, arch.head_dim, spec.dtype, self.device)
+        self.runner = ModelRunner(self.model, self.cache_engine.kv_caches, self.attn_backend, self.block_size,
+                                  self.device, spec.eos_token_ids)
+
+    def _load_model(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        model_cls = resolve_model_class(self.spec.hf_config)
+        with torch.device(self.device):
+            model = model_cls(self.spec.hf_config, self.spec.dtype)
+        weights: Iterator = checkpoint.iter_weights()
+        if envs.DEEPINFER_TQDM:
+            weights = tqdm(weights, desc="Loading weights", unit=" tensors", leave=False)
+        model.load_weights(weights)
+        return model.eval()
+
+    def _decide_num_blocks(self, num_kv_heads: int, head_dim: int) -> int:
+        cache = self.config.cache
+        per_block = CacheEngine.bytes_per_block(self.model.num_kv_caches, self.block_size, num_kv_heads, head_dim,
+                                                self.spec.dtype)
+        if cache.num_kv_blocks is not None:
+            num_blocks = cache.num_kv_blocks
+        elif self.device.type == "cuda":
+            num_blocks = int(self._free_cuda_bytes() // per_block)
+        else:
+            num_blocks = int(cache.cpu_kv_cache_gib * _GIB // per_block)
+            # More blocks than every running request can ever fill only cost memory.
+            max_useful = self.config.scheduler.max_num_seqs * -(-self.spec.max_model_len // self.block_size) + 1
+            num_blocks = min(num_blocks, max_useful)
+        needed = -(-self.spec.max_model_len // self.block_size) + 1
+        if num_blocks < needed:
+            raise ValueError(
+                f"the KV cache has room for {max(num_blocks - 1, 0) * self.block_size} tokens but one request of "
+                f"max_model_len={self.spec.max_model_len} needs {(needed - 1) * self.block_size}; lower max_model_len "
+                f"or give the cache more memory (num_kv_blocks, cpu_kv_cache_gib or gpu_memory_utilization)"
+            )
+        logger.info("KV cache: %d blocks of %d tokens (%.2f GiB)", num_blocks, self.block_size,
+                    num_blocks * per_block / _GIB)
+        return num_blocks
+
+    def _free_cuda_bytes(self) -> float:
+        """Device memory left for the KV cache after weights and the peak of a full-budget step."""
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self._profile_step()
+        peak = torch.cuda.max_memory_allocated(self.device)
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        return max(total * self.config.cache.gpu_memory_utilization - peak, 0)
+
+    @torch.inference_mode()
+    def _profile_step(self) -> None:
+        """One forward pass of a max_num_batched_tokens prefill, to measure activation memory."""
+        arch = self.model.arch
+        num_tokens = min(self.config.scheduler.max_num_batched_tokens, self.spec.max_model_len)
+        dummy = CacheEngine(self.attn_backend, self.model.num_kv_caches, 2, num_tokens, arch.num_kv_heads,
+                            arch.head_dim, self.spec.dtype, self.device)
+        batch = AttentionBatch(
+            query_start_loc=torch.tensor([0, num_tokens]).numpy(),
+            seq_lens=torch.tensor([num_tokens]).numpy(),
+            block_tables=[[1]],
+            slot_mapping=torch.arange(num_tokens).numpy() + num_tokens,
+            num_decodes=0,
+            block_size=num_tokens,
+        )
+        metadata = self.attn_backend.build_metadata(batch, dummy.kv_caches, self.device)
+        ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
+        positions = torch.arange(num_tokens, device=self.device)
+        hidden = self.model(ids, positions, metadata)
+        self.model.compute_logits(hidden[-1:])
+        del dummy, hidden
+        torch.cuda.synchronize(self.device)
+
+    def execute_model(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
+        return self.runner.execute_model(scheduled)
