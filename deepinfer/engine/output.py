@@ -43,6 +43,13 @@ class IncrementalDetokenizer:
             return after[len(before) :]
         return ""
 
+    def flush(self) -> str:
+        """At the end of generation: the held-back text, even if it ends in an incomplete character."""
+        before = self._decode(self.tokens[self.prefix_offset : self.read_offset])
+        after = self._decode(self.tokens[self.prefix_offset :])
+        self.prefix_offset = self.read_offset = len(self.tokens)
+        return after[len(before) :]
+
 
 @dataclass
 class SampleState:
@@ -106,12 +113,18 @@ class OutputProcessor:
             if sample.logprobs is not None and lp is not None:
                 sample.logprobs.append(self._decode_logprobs(lp))
             ended_by_token = req.is_finished and req.status == RequestStatus.FINISHED_STOPPED
+            stopped = False
             for i, token in enumerate(new_tokens):
                 if ended_by_token and i == len(new_tokens) - 1:
                     break  # the EOS / stop token that ended the request is not part of the text
                 if self._append_text(req, sample, sample.detokenizer.add(token)):
                     stopped_by_string.append(req.request_id)
+                    stopped = True
                     break
+            if req.is_finished and not stopped:
+                stopped = self._append_text(req, sample, sample.detokenizer.flush())
+                if stopped:
+                    stopped_by_string.append(req.request_id)
             if req.is_finished and sample.finish_reason is None:
                 sample.finish_reason = req.status.value
                 sample.stop_reason = req.stop_reason

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence, Union
+from typing import Any, Iterator, Sequence, Union
 
 from tqdm import tqdm
 
@@ -69,6 +69,34 @@ class LLM:
             text = render_chat(tok, conversation, add_generation_prompt, chat_template)
             parsed.append((text, tok.encode(text, add_special_tokens=False)))
         return self._run(parsed, _per_prompt(sampling_params, len(parsed)), use_tqdm)
+
+    def stream_chat(
+        self,
+        messages: list[Message],
+        sampling_params: SamplingParams | None = None,
+        chat_template: str | None = None,
+    ) -> Iterator[str]:
+        """Reply to one conversation, yielding the reply's text so far after every step that adds to it."""
+        params = sampling_params or SamplingParams()
+        if params.n != 1:
+            raise ValueError("stream_chat streams one completion; use SamplingParams(n=1)")
+        tok = self.engine.tokenizer
+        text = render_chat(tok, messages, True, chat_template)
+        token_ids = tok.encode(text, add_special_tokens=False)
+        engine = self.engine
+        engine.validate_request(token_ids, params)
+        rid = engine.new_request_id()
+        engine.add_request(rid, token_ids, params, prompt=text)
+        finished = False
+        try:
+            while not finished:
+                for out in engine.step():
+                    if out.request_id == rid:
+                        finished = out.finished
+                        yield out.outputs[0].text
+        finally:
+            if not finished:
+                engine.abort_request([rid])
 
     def _parse_prompt(self, prompt: Any, index: int) -> tuple[str | None, list[int]]:
         if isinstance(prompt, dict):
