@@ -80,7 +80,7 @@ def _config(arch: str, **overrides: Any):
     if arch == "qwen2":  # tied embeddings, q/k/v biases
         return Qwen2Config(**{**_COMMON, "tie_word_embeddings": True, "rope_parameters": _ROPE, **overrides})
     if arch == "qwen3":  # q/k norms, head_dim != hidden / heads
-        return Qwen3Config(**{**_COMMON, "head_dim": 32, "tie_word_embeddings": False, "rope_parameters": _ROPE, **overrides})
+        return Qwen3Config(**{**_COMMON, "num_attention_heads": 8, "head_dim": 64, "tie_word_embeddings": False, "rope_parameters": _ROPE, **overrides})
     raise AssertionError(arch)
 
 
@@ -534,8 +534,13 @@ def test_sentencepiece_tokenizer_matches_transformers(tmp_path: Path) -> None:
     assert ours("hello world").input_ids == [1, pieces["▁hello"], pieces["▁world"]]  # BOS added by default
     assert ours.encode("é", add_special_tokens=False) == [pieces["▁"], pieces["<0xC3>"], pieces["<0xA9>"]]
     for text in SPM_TEXTS:
-        assert ours(text).input_ids == theirs(text).input_ids, text
-        assert ours.decode(ours(text).input_ids, skip_special_tokens=True) == text.replace("</s>", ""), text
+        # Without add_special_tokens: with no tokenizer.ggml.add_bos_token key, llama.cpp (and we)
+        # add BOS for SentencePiece vocabularies, transformers does not.
+        assert ours.encode(text, add_special_tokens=False) == theirs.encode(text, add_special_tokens=False), text
+    for text in SPM_TEXTS[:-2]:
+        assert ours.decode(ours(text).input_ids, skip_special_tokens=True) == text, text
+    # As in llama.cpp, the text after a special token starts a new "▁"-prefixed segment.
+    assert ours.decode(ours("hello</s>world").input_ids) == "<s> hello</s> world"
 
 
 # --------------------------------------------------------------------------------------------
@@ -614,20 +619,27 @@ def test_smollm2_weights_match_transformers(smollm2: GGUFCheckpoint, smollm2_dir
     assert len(names) == 272 and sorted(names) == sorted(skeleton.state_dict().keys() - {"lm_head.weight"})
 
 
-# Texts for the tokenizer comparison; DIGIT_TEXTS are where transformers is wrong (see below).
+# Texts for the tokenizer comparison. In DIGIT_TEXTS a run of whitespace precedes a digit:
+# there transformers is wrong (see test_smollm2_tokenizer_matches_transformers).
 TEXTS = [
     "Hello, world!",
     "12345",
+    "Hello world! 123",
     "  leading, inner   and trailing spaces  ",
     "line one\nline two\n\n\tindented\r\n",
-    "naïve café – déjà vu, Ünïcödé",
+    "naïve café – déjà vu, Ünïcödé, 5 m²",
     "emoji 😀🚀👍🏽 and 中文字符 and العربية",
     "<|im_start|>user\nhi<|im_end|>",
     "def f(x):\n    return x ** 2  # comment",
     "I'm sure you'll see it's FINE, isn't it?",
     "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>assistant\n",
 ]
-DIGIT_TEXTS = ["Hello world! 123", "The year 2024 had 366 days, i.e. 8784 h."]
+DIGIT_TEXTS = {
+    # text: (our tokens = SmolLM2's tokenizer.json, transformers' tokens)
+    "x  1": (["x", "ĠĠ", "1"], ["x", "Ġ", "Ġ", "1"]),
+    "    1. item": (["ĠĠĠĠ", "1", ".", "Ġitem"], ["ĠĠĠ", "Ġ", "1", ".", "Ġitem"]),
+    "a\n  12": (["a", "ĊĠĠ", "1", "2"], ["a", "ĊĠ", "Ġ", "1", "2"]),
+}
 
 
 @smollm2_only
@@ -639,27 +651,26 @@ def test_smollm2_tokenizer_is_fast(smollm2: GGUFCheckpoint) -> None:
 
 @smollm2_only
 def test_smollm2_tokenizer_matches_transformers(smollm2_tokenizer, smollm2_dir: Path, hf_offline) -> None:
-    """Same ids as ``AutoTokenizer.from_pretrained(dir, gguf_file=...)`` except where transformers is wrong.
+    """Same ids as ``AutoTokenizer.from_pretrained(dir, gguf_file=...)``, except where transformers is wrong.
 
     transformers ignores tokenizer.ggml.pre and pre-tokenizes SmolLM2 with plain GPT-2
-    ByteLevel, so " 123" stays one pre-token and merges into "Ġ1"+"23"... SmolLM2's original
-    tokenizer.json (and llama.cpp's "smollm" pre-tokenizer) first splits every digit:
-    Digits(individual_digits=True) + ByteLevel. We follow the original, so for text with a
-    digit after a space the two differ, and ours gives one token per digit.
+    ByteLevel. SmolLM2's original tokenizer.json (like llama.cpp's "smollm" pre-tokenizer)
+    first isolates every digit, Digits(individual_digits=True), then applies ByteLevel. The
+    vocabulary has no merges with digits, so the two agree on most text, but not when a run
+    of whitespace precedes a digit: GPT-2's regex gives the last space to the number
+    (" 1" -> "Ġ", "1") and leaves "Ġ" runs one short, while the original keeps the whole run
+    ("ĠĠ") because the digit was split off first. We follow the original.
     """
     from transformers import AutoTokenizer
 
     theirs = AutoTokenizer.from_pretrained(smollm2_dir, gguf_file=_SMOLLM2_FILE)
     for text in TEXTS:
         assert smollm2_tokenizer.encode(text) == theirs.encode(text), text
-    digit_ids = {smollm2_tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)}
-    for text in DIGIT_TEXTS:
-        ids = smollm2_tokenizer.encode(text)
-        digits = sum(ch.isdigit() for ch in text)
-        assert sum(i in digit_ids for i in ids) == digits, text  # one token per digit, as the original
-    # A known-good encoding (SmolLM2's own tokenizer.json): the space before "123" is its own token.
+    for text, (ours_expected, theirs_expected) in DIGIT_TEXTS.items():
+        assert smollm2_tokenizer.convert_ids_to_tokens(smollm2_tokenizer.encode(text)) == ours_expected, text
+        assert theirs.convert_ids_to_tokens(theirs.encode(text)) == theirs_expected, text
+    # An encoding published for SmolLM2's own tokenizer (one token per digit, "Ġ" on its own).
     assert smollm2_tokenizer.encode("Hello world! 123") == [19556, 905, 17, 216, 33, 34, 35]
-    assert theirs.encode("Hello world! 123") != [19556, 905, 17, 216, 33, 34, 35]
 
 
 @smollm2_only
@@ -667,7 +678,7 @@ def test_smollm2_tokenizer_specials_decode_and_chat_template(smollm2_tokenizer) 
     tok = smollm2_tokenizer
     assert tok.encode("<|im_start|>") == [1] and tok.encode("<|im_end|>") == [2]
     assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (1, 2, 2)
-    for text in TEXTS + DIGIT_TEXTS:
+    for text in [*TEXTS, *DIGIT_TEXTS]:
         assert tok.decode(tok.encode(text)) == text
     assert tok.decode(tok.encode("<|im_start|>user\nhi<|im_end|>"), skip_special_tokens=True) == "user\nhi"
     rendered = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
@@ -676,8 +687,8 @@ def test_smollm2_tokenizer_specials_decode_and_chat_template(smollm2_tokenizer) 
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     )
     ids = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)
-    ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-    assert ids[0] == 1 and ids[-3:] == tok.encode("<|im_start|>assistant\n")
+    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+    assert ids == tok.encode(rendered)
 
 
 # --------------------------------------------------------------------------------------------
@@ -720,7 +731,7 @@ def test_unsupported_architecture(tmp_path: Path) -> None:
 def test_unsupported_tensor_type_names_tensor_and_type(tmp_path: Path, state_dicts) -> None:
     """Q8_1 is a ggml type that gguf.quants cannot dequantize: fail before yielding anything."""
     def add_q8_1_tensor(writer: gguf.GGUFWriter) -> None:
-        writer.add_tensor("output_norm.weight", np.zeros((1, 36), dtype=np.uint8), raw_dtype=QT.Q8_1)
+        writer.add_tensor("output_norm.weight", np.zeros((1, gguf.GGML_QUANT_SIZES[QT.Q8_1][1]), dtype=np.uint8), raw_dtype=QT.Q8_1)
 
     path = _tokenizer_only_gguf(tmp_path / "q81.gguf", extra=add_q8_1_tensor)
     weights = GGUFCheckpoint(path).iter_weights()
