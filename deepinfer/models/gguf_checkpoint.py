@@ -35,6 +35,8 @@ from deepinfer.logger import init_logger
 
 logger = init_logger(__name__)
 
+__all__ = ["SUPPORTED_ARCHITECTURES", "GGUFCheckpoint", "hf_tensor_name", "llama3_rope_factors"]
+
 
 # --------------------------------------------------------------------------------------------
 # Architectures
@@ -103,7 +105,7 @@ def hf_tensor_name(gguf_name: str) -> str | None:
     return None
 
 
-def unpermute_rotary_rows(weight: np.ndarray, n_heads: int) -> np.ndarray:
+def _unpermute_rotary_rows(weight: np.ndarray, n_heads: int) -> np.ndarray:
     """Undo llama.cpp's q/k row permutation for the "llama" architecture.
 
     Hugging Face rotates the two halves of each head (rotate_half); llama.cpp's kernel rotates
@@ -134,7 +136,7 @@ def _can_dequantize(qtype: GGMLQuantizationType) -> bool:
     return True
 
 
-def dequantize_tensor(tensor: ReaderTensor) -> np.ndarray:
+def _dequantize_tensor(tensor: ReaderTensor) -> np.ndarray:
     """A GGUF tensor as a writable float32 array in numpy/torch dimension order.
 
     GGUF lists dimensions innermost-first (``[in_features, out_features]``); reversed, that
@@ -204,7 +206,9 @@ _LLAMA_CPP_DEFAULT = _PreTokenizerFamily(lambda: _split_then_byte_level(*_LLAMA_
 # tokenizer.ggml.pre values (llama.cpp's names) grouped by the pre-tokenizer they stand for.
 _PRE_TOKENIZERS: dict[str, _PreTokenizerFamily] = {
     **dict.fromkeys(("gpt-2", "phi-2", "mpt", "olmo", "jais"), _GPT2),
-    **dict.fromkeys(("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"), _DIGITS_THEN_GPT2),
+    **dict.fromkeys(
+        ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"), _DIGITS_THEN_GPT2
+    ),
     **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"), _LLAMA3),
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"), _QWEN2),
     "default": _LLAMA_CPP_DEFAULT,
@@ -227,7 +231,7 @@ def _byte_level_bpe(tokens: list[str], merges: list[str], pre: str, source: Path
     return tokenizer
 
 
-def merges_from_scores(tokens: list[str], scores: list[float], token_types: list[int]) -> list[tuple[str, str]]:
+def _merges_from_scores(tokens: list[str], scores: list[float], token_types: list[int]) -> list[tuple[str, str]]:
     """BPE merges equivalent to a SentencePiece BPE vocabulary.
 
     SentencePiece (and llama.cpp) repeatedly merge the adjacent pair whose concatenation has
@@ -257,7 +261,7 @@ def _sentencepiece_bpe(
     missing from the vocabulary fall back to <0xXX> byte tokens.
     """
     vocab = {token: i for i, token in enumerate(tokens)}
-    merges = merges_from_scores(tokens, scores, token_types)
+    merges = _merges_from_scores(tokens, scores, token_types)
     unk = tokens[unk_id] if unk_id is not None else None
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
     steps = [normalizers.Prepend("▁")] if add_space_prefix else []
@@ -281,7 +285,9 @@ def _add_vocabulary_added_tokens(tokenizer: Tokenizer, tokens: list[str], token_
         if kind in (_CONTROL, _UNKNOWN)
     ]
     user_defined = [
-        AddedToken(tokens[i], special=False, normalized=False) for i, kind in enumerate(token_types) if kind == _USER_DEFINED
+        AddedToken(tokens[i], special=False, normalized=False)
+        for i, kind in enumerate(token_types)
+        if kind == _USER_DEFINED
     ]
     if special:
         tokenizer.add_special_tokens(special)
@@ -305,7 +311,7 @@ def llama3_rope_factors(
     return 1.0 / ((1.0 - smooth) / factor + smooth)
 
 
-def llama3_rope_parameters(factors: np.ndarray, theta: float, head_dim: int) -> dict[str, Any] | None:
+def _llama3_rope_parameters(factors: np.ndarray, theta: float, head_dim: int) -> dict[str, Any] | None:
     """Recover Hugging Face "llama3" rope parameters from llama.cpp's rope_freqs tensor.
 
     The converter bakes ``factor``, ``low_freq_factor``, ``high_freq_factor`` and
@@ -329,8 +335,8 @@ def llama3_rope_parameters(factors: np.ndarray, theta: float, head_dim: int) -> 
         smooth = (1.0 / factors[between] - 1.0 / factor) / (1.0 - 1.0 / factor)
         slope, intercept = np.polyfit(inv_freq[between] / (2 * math.pi), smooth, 1)
         if intercept < 0 < slope:
-            high_freq_factor = round(low_freq_factor - low_freq_factor / intercept, 4)
-            original_context = int(round(slope * (high_freq_factor - low_freq_factor)))
+            high_freq_factor = round(float(low_freq_factor - low_freq_factor / intercept), 4)
+            original_context = int(round(float(slope) * (high_freq_factor - low_freq_factor)))
     params = {
         "rope_type": "llama3",
         "factor": round(factor, 4),
@@ -338,7 +344,9 @@ def llama3_rope_parameters(factors: np.ndarray, theta: float, head_dim: int) -> 
         "high_freq_factor": high_freq_factor,
         "original_max_position_embeddings": original_context,
     }
-    expected = llama3_rope_factors(theta, head_dim, params["factor"], low_freq_factor, high_freq_factor, original_context)
+    expected = llama3_rope_factors(
+        theta, head_dim, params["factor"], low_freq_factor, high_freq_factor, original_context
+    )
     if not np.allclose(expected, factors, rtol=1e-3, atol=1e-4):
         return None
     return params
@@ -436,7 +444,7 @@ class GGUFCheckpoint:
         if scaling == "none":
             freqs = self._tensors.get("rope_freqs.weight")
             if freqs is not None:
-                llama3 = llama3_rope_parameters(dequantize_tensor(freqs), theta, head_dim)
+                llama3 = _llama3_rope_parameters(_dequantize_tensor(freqs), theta, head_dim)
                 if llama3 is None:
                     raise ValueError(
                         f"{self.path}: rope_freqs.weight does not follow Llama 3 rope scaling, "
@@ -535,6 +543,7 @@ class GGUFCheckpoint:
             token_id = self._field(f"tokenizer.ggml.{key}", None)
             return tokens[token_id] if token_id is not None and 0 <= token_id < len(tokens) else None
 
+        context_length = self._arch_field("context_length", None)
         return PreTrainedTokenizerFast(
             tokenizer_object=backend,
             bos_token=token("bos_token_id"),
@@ -544,7 +553,7 @@ class GGUFCheckpoint:
             add_bos_token=bool(self._field("tokenizer.ggml.add_bos_token", add_bos_default)),
             add_eos_token=bool(self._field("tokenizer.ggml.add_eos_token", False)),
             chat_template=self._field("tokenizer.chat_template", None),
-            model_max_length=self._per_model_int("context_length"),
+            model_max_length=int(context_length) if context_length is not None else int(1e30),
             clean_up_tokenization_spaces=False,
         )
 
@@ -563,8 +572,8 @@ class GGUFCheckpoint:
     def iter_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Yield ``(hf_name, float32 tensor)`` for every tensor Hugging Face has, in file order.
 
-        Tensors are dequantized one at a time, so peak memory is one float32 tensor on top of
-        the memory-mapped file.
+        Tensors are dequantized lazily, one per step, from the memory-mapped file, so a caller
+        that copies each into its model holds only one extra float32 tensor at a time.
         """
         self._check_tensor_types()
         n_heads = self._per_model_int("attention.head_count")
@@ -573,12 +582,14 @@ class GGUFCheckpoint:
             name = hf_tensor_name(tensor.name)
             if name is None:
                 if tensor.name not in _TENSORS_WITHOUT_HF_NAME:
-                    logger.warning("%s: skipping tensor %r, which has no Hugging Face equivalent", self.path, tensor.name)
+                    logger.warning(
+                        "%s: skipping tensor %r, which has no Hugging Face equivalent", self.path, tensor.name
+                    )
                 continue
-            values = dequantize_tensor(tensor)
+            values = _dequantize_tensor(tensor)
             if self._arch.permuted_qk:
                 if ".self_attn.q_proj." in name:
-                    values = unpermute_rotary_rows(values, n_heads)
+                    values = _unpermute_rotary_rows(values, n_heads)
                 elif ".self_attn.k_proj." in name:
-                    values = unpermute_rotary_rows(values, n_kv_heads)
+                    values = _unpermute_rotary_rows(values, n_kv_heads)
             yield name, torch.from_numpy(np.ascontiguousarray(values))

@@ -76,11 +76,16 @@ _ROPE = {"rope_type": "default", "rope_theta": 10000.0}
 def _config(arch: str, **overrides: Any):
     """A tiny config per architecture; each one exercises a different layout detail."""
     if arch == "llama":  # untied lm_head, permuted q/k
-        return LlamaConfig(**{**_COMMON, "head_dim": 64, "tie_word_embeddings": False, "rope_parameters": _ROPE, **overrides})
+        return LlamaConfig(
+            **{**_COMMON, "head_dim": 64, "tie_word_embeddings": False, "rope_parameters": _ROPE, **overrides}
+        )
     if arch == "qwen2":  # tied embeddings, q/k/v biases
         return Qwen2Config(**{**_COMMON, "tie_word_embeddings": True, "rope_parameters": _ROPE, **overrides})
     if arch == "qwen3":  # q/k norms, head_dim != hidden / heads
-        return Qwen3Config(**{**_COMMON, "num_attention_heads": 8, "head_dim": 64, "tie_word_embeddings": False, "rope_parameters": _ROPE, **overrides})
+        shape = {"num_attention_heads": 8, "head_dim": 64}  # 8 * 64 != 256: head_dim must come from metadata
+        return Qwen3Config(
+            **{**_COMMON, **shape, "tie_word_embeddings": False, "rope_parameters": _ROPE, **overrides}
+        )
     raise AssertionError(arch)
 
 
@@ -158,10 +163,16 @@ def _quantize_q6_k(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     step = d32 * scale
     q = np.round(np.divide(x, step[..., None], out=np.zeros_like(x), where=step[..., None] > 0))
     q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 4, 32)  # block, half, quarter, l
-    ql = np.concatenate([(q[:, :, 0] & 15) | ((q[:, :, 2] & 15) << 4), (q[:, :, 1] & 15) | ((q[:, :, 3] & 15) << 4)], axis=2)
+    low = q & 15
+    ql = np.concatenate([low[:, :, 0] | (low[:, :, 2] << 4), low[:, :, 1] | (low[:, :, 3] << 4)], axis=2)
     qh = (q[:, :, 0] >> 4) | ((q[:, :, 1] >> 4) << 2) | ((q[:, :, 2] >> 4) << 4) | ((q[:, :, 3] >> 4) << 6)
     blocks = np.concatenate(
-        [ql.reshape(-1, 128), qh.reshape(-1, 64), scale.astype(np.int8).view(np.uint8), d.view(np.uint8).reshape(-1, 2)],
+        [
+            ql.reshape(-1, 128),
+            qh.reshape(-1, 64),
+            scale.astype(np.int8).view(np.uint8),
+            d.view(np.uint8).reshape(-1, 2),
+        ],
         axis=1,
     )
     return blocks.reshape(rows, -1), np.repeat(step, 16, axis=-1).reshape(rows, cols)
@@ -189,7 +200,9 @@ def _add_tokenizer(writer: gguf.GGUFWriter, *, pre: str = "qwen2", model: str = 
     writer.add_chat_template(CHAT_TEMPLATE)
 
 
-def write_gguf(path: Path, config, state: dict[str, torch.Tensor], qtype: QT, rope_freqs: np.ndarray | None = None) -> Path:
+def write_gguf(
+    path: Path, config, state: dict[str, torch.Tensor], qtype: QT, rope_freqs: np.ndarray | None = None
+) -> Path:
     """Write ``state`` the way convert_hf_to_gguf.py does, 2-D weights as ``qtype``, norms as F32."""
     arch = config.model_type
     writer = gguf.GGUFWriter(str(path), arch)
@@ -391,7 +404,9 @@ def test_rope_scaling_from_metadata(tmp_path: Path, state_dicts, rope: dict) -> 
     "low, high, original",
     [(1.0, 4.0, 8192), (2.0, 8.0, 16384)],  # Meta's values; and ones only equal up to the free parameter
 )
-def test_llama3_rope_scaling_from_rope_freqs(tmp_path: Path, state_dicts, low: float, high: float, original: int) -> None:
+def test_llama3_rope_scaling_from_rope_freqs(
+    tmp_path: Path, state_dicts, low: float, high: float, original: int
+) -> None:
     """llama.cpp stores Llama 3 scaling only as the rope_freqs tensor; the HF config must give the same frequencies."""
     rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": low,
             "high_freq_factor": high, "original_max_position_embeddings": original}
@@ -405,6 +420,13 @@ def test_llama3_rope_scaling_from_rope_freqs(tmp_path: Path, state_dicts, low: f
     assert actual.rope_parameters["factor"] == 8.0
     torch.testing.assert_close(_rotary(actual)[0], _rotary(config)[0], rtol=1e-5, atol=0)
     assert "rope_freqs.weight" not in dict(checkpoint.iter_weights())  # not an HF tensor
+
+
+def test_rope_freqs_that_are_not_llama3_are_rejected(tmp_path: Path, state_dicts) -> None:
+    config = _config("llama")
+    path = write_gguf(tmp_path / "f.gguf", config, state_dicts["llama"], QT.F32, rope_freqs=np.full(32, 3.0))
+    with pytest.raises(ValueError, match="rope_freqs.weight does not follow Llama 3"):
+        GGUFCheckpoint(path).hf_config()
 
 
 def test_llama3_factors_match_transformers_llama3_rope() -> None:
@@ -456,7 +478,8 @@ def test_byte_level_tokenizer(tmp_path: Path) -> None:
     assert tokenizer("hi").input_ids == tokenizer.encode("hi", add_special_tokens=False)  # add_bos_token false
     text = "naïve 😀 \n\t x"  # bytes outside the merges still round-trip through the byte alphabet
     assert tokenizer.decode(tokenizer.encode(text)) == text
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    messages = [{"role": "user", "content": "hi"}]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert rendered == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -491,10 +514,8 @@ def test_unsupported_tokenizer_model_is_rejected(tmp_path: Path) -> None:
 # fallback pieces, and pieces whose scores decide the merge order.
 _SPM_PIECES = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3)]
 _SPM_PIECES += [(f"<0x{b:02X}>", 0.0, 6) for b in range(256)]
-_SPM_PIECES += [(p, -float(i), 1) for i, p in enumerate(
-    ["▁", "h", "e", "l", "o", "w", "r", "d", "a", "▁h", "he", "ll", "▁he", "llo", "▁hello", "▁w", "or", "▁wor",
-     "ld", "▁world", "▁a"]
-)]
+_SPM_NORMAL = "▁ h e l o w r d a ▁h he ll ▁he llo ▁hello ▁w or ▁wor ld ▁world ▁a".split(" ")
+_SPM_PIECES += [(piece, -float(i), 1) for i, piece in enumerate(_SPM_NORMAL)]
 
 
 def _spm_gguf(path: Path) -> Path:
@@ -592,6 +613,7 @@ def test_smollm2_config_matches_transformers(smollm2: GGUFCheckpoint, smollm2_di
     assert actual.tie_word_embeddings and actual.bos_token_id == 1 and actual.eos_token_id == 2
 
 
+@pytest.mark.slow
 @smollm2_only
 def test_smollm2_weights_match_transformers(smollm2: GGUFCheckpoint, smollm2_dir: Path) -> None:
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
@@ -649,6 +671,7 @@ def test_smollm2_tokenizer_is_fast(smollm2: GGUFCheckpoint) -> None:
     assert time.perf_counter() - start < 2.0
 
 
+@pytest.mark.slow
 @smollm2_only
 def test_smollm2_tokenizer_matches_transformers(smollm2_tokenizer, smollm2_dir: Path, hf_offline) -> None:
     """Same ids as ``AutoTokenizer.from_pretrained(dir, gguf_file=...)``, except where transformers is wrong.
@@ -731,7 +754,8 @@ def test_unsupported_architecture(tmp_path: Path) -> None:
 def test_unsupported_tensor_type_names_tensor_and_type(tmp_path: Path, state_dicts) -> None:
     """Q8_1 is a ggml type that gguf.quants cannot dequantize: fail before yielding anything."""
     def add_q8_1_tensor(writer: gguf.GGUFWriter) -> None:
-        writer.add_tensor("output_norm.weight", np.zeros((1, gguf.GGML_QUANT_SIZES[QT.Q8_1][1]), dtype=np.uint8), raw_dtype=QT.Q8_1)
+        one_block = np.zeros((1, gguf.GGML_QUANT_SIZES[QT.Q8_1][1]), dtype=np.uint8)
+        writer.add_tensor("output_norm.weight", one_block, raw_dtype=QT.Q8_1)
 
     path = _tokenizer_only_gguf(tmp_path / "q81.gguf", extra=add_q8_1_tensor)
     weights = GGUFCheckpoint(path).iter_weights()
