@@ -22,9 +22,18 @@ class CacheEngine:
         self.num_blocks = num_blocks
         self.block_size = block_size
         shape = backend.kv_cache_shape(num_blocks, block_size, num_kv_heads, head_dim)
-        # One allocation sliced per layer: a single large buffer fragments nothing.
-        self._buffer = torch.zeros((num_kv_caches, *shape), dtype=dtype, device=device)
+        self.block_dim = backend.kv_cache_block_dim + 1
+        # One allocation sliced per layer: a single large buffer fragments nothing. It is not
+        # zeroed up front (seconds for GiBs on a CPU); instead every block is zeroed when it is
+        # handed to a request, so attention never reads bytes nobody wrote, even in masked slots.
+        self._buffer = torch.empty((num_kv_caches, *shape), dtype=dtype, device=device)
         self.kv_caches = list(self._buffer.unbind(0))
+        self.zero_blocks([0])
+
+    def zero_blocks(self, block_ids: list[int]) -> None:
+        if block_ids:
+            index = torch.tensor(block_ids, dtype=torch.long, device=self._buffer.device)
+            self._buffer.index_fill_(self.block_dim, index, 0)
 
     @staticmethod
     def bytes_per_block(num_kv_caches: int, block_size: int, num_kv_heads: int, head_dim: int,

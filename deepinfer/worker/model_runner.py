@@ -15,6 +15,7 @@ import torch
 from deepinfer.layers.attention import AttentionBackend, AttentionBatch
 from deepinfer.layers.sampler import RowPenalties, Sampler, SamplerOutput, SamplingBatch
 from deepinfer.sampling_params import SamplingParams
+from deepinfer.worker.cache_engine import CacheEngine
 from deepinfer.worker.protocol import ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprobs
 
 
@@ -65,14 +66,14 @@ class ModelRunner:
     def __init__(
         self,
         model: torch.nn.Module,
-        kv_caches: list[torch.Tensor],
+        cache_engine: CacheEngine,
         attn_backend: AttentionBackend,
         block_size: int,
         device: torch.device,
         eos_token_ids: frozenset[int],
     ) -> None:
         self.model = model
-        self.kv_caches = kv_caches
+        self.cache_engine = cache_engine
         self.attn_backend = attn_backend
         self.block_size = block_size
         self.device = device
@@ -84,12 +85,17 @@ class ModelRunner:
     def _update_states(self, scheduled: SchedulerOutput) -> None:
         for rid in scheduled.finished_request_ids:
             self.requests.pop(rid, None)
+        fresh_blocks: list[int] = []
         for data in scheduled.new_requests:
             self.requests[data.request_id] = RunnerRequest.from_new(data)
+            # Blocks before num_computed_tokens are prefix-cache hits and hold valid KV.
+            fresh_blocks += data.block_ids[data.num_computed_tokens // self.block_size :]
         for delta in scheduled.cached_requests:
             state = self.requests[delta.request_id]
             state.block_ids.extend(delta.new_block_ids)
             state.num_computed_tokens = delta.num_computed_tokens
+            fresh_blocks += delta.new_block_ids
+        self.cache_engine.zero_blocks(fresh_blocks)
 
     # ---- one step ----------------------------------------------------------------------------
     @torch.inference_mode()
@@ -100,7 +106,7 @@ class ModelRunner:
         states = [self.requests[rid] for rid in order]
         counts = np.array([grants[rid] for rid in order], dtype=np.int64)
         input_ids, positions, batch = self._prepare_inputs(states, counts)
-        metadata = self.attn_backend.build_metadata(batch, self.kv_caches, self.device)
+        metadata = self.attn_backend.build_metadata(batch, self.cache_engine.kv_caches, self.device)
         hidden = self.model(input_ids, positions, metadata)
 
         # Only requests whose every known token is now computed produce a token; a partial

@@ -48,7 +48,7 @@ class Worker:
         self.num_blocks = self._decide_num_blocks(arch.num_kv_heads, arch.head_dim)
         self.cache_engine = CacheEngine(self.attn_backend, self.model.num_kv_caches, self.num_blocks,
                                         self.block_size, arch.num_kv_heads, arch.head_dim, spec.dtype, self.device)
-        self.runner = ModelRunner(self.model, self.cache_engine.kv_caches, self.attn_backend, self.block_size,
+        self.runner = ModelRunner(self.model, self.cache_engine, self.attn_backend, self.block_size,
                                   self.device, spec.eos_token_ids)
 
     def _load_model(self, checkpoint: Checkpoint) -> torch.nn.Module:

@@ -54,6 +54,8 @@ class AttentionMetadata:
 
 class AttentionBackend(ABC):
     name: ClassVar[str]
+    kv_cache_block_dim: ClassVar[int]
+    """The dimension of ``kv_cache_shape`` that indexes blocks."""
 
     @abstractmethod
     def kv_cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:

@@ -82,6 +82,7 @@ class TorchAttentionMetadata(AttentionMetadata):
 
 class TorchAttentionBackend(AttentionBackend):
     name = "torch"
+    kv_cache_block_dim = 1
 
     def kv_cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
         return (2, num_blocks, block_size, num_kv_heads, head_dim)
