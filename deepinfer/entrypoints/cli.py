@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_flags(chat)
 
     sub.add_parser("env", help="list every DEEPINFER_* environment variable with its value")
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    from deepinfer.bench.throughput import ThroughputArgs
+
+    throughput = bench.add_parser("throughput", help="offline generation throughput (optionally vs transformers)")
+    _add_dataclass_flags(throughput, ThroughputArgs, "throughput")
     return parser
 
 
@@ -158,9 +164,23 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from deepinfer.bench.throughput import ThroughputArgs, run_throughput
+
+    result = run_throughput(ThroughputArgs(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ThroughputArgs)}))
+    for run in result["runs"]:
+        spread = ", ".join(f"{s:.2f}" for s in run["seconds"])
+        print(f"{run['engine']:>24}: {run['best_output_tokens_per_s']:8.1f} output tok/s  (runs: {spread} s)")
+    if "speedup_vs_transformers" in result:
+        print(f"{'speedup':>24}: {result['speedup_vs_transformers']:.2f}x")
+    if args.output:
+        print(f"wrote {args.output} and {args.output.rsplit('.', 1)[0]}.png")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"generate": cmd_generate, "chat": cmd_chat, "env": cmd_env}[args.command]
+    handler = {"generate": cmd_generate, "chat": cmd_chat, "env": cmd_env, "bench": cmd_bench}[args.command]
     try:
         return handler(args)
     except (ValueError, FileNotFoundError) as exc:

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from deepinfer.layers.linear import LinearMethod, choose_linear_method
+
 
 class VocabEmbedding(nn.Module):
     def __init__(self, vocab_size: int, hidden_size: int, dtype: torch.dtype | None = None) -> None:
@@ -27,6 +29,11 @@ class LMHead(nn.Module):
         else:
             self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size, dtype=dtype), requires_grad=False)
         self.tied = tied_to is not None
+        self.method: LinearMethod | None = None
+
+    def process_weights_after_loading(self) -> None:
+        self.method = choose_linear_method(self.weight, None)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.weight).float()
+        logits = F.linear(hidden, self.weight) if self.method is None else self.method(hidden)
+        return logits.float()

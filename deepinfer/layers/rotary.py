@@ -72,33 +72,45 @@ def _llama3_scaled(inv_freq: torch.Tensor, s: dict[str, Any]) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
+@dataclass
+class RotaryAngles:
+    """cos and signed sin of one step's positions, computed once and shared by every layer."""
+
+    cos: torch.Tensor
+    """[T, 1, rotary_dim] in the model dtype."""
+    sin: torch.Tensor
+    """[T, 1, rotary_dim]: -sin on the first element of each rotated pair, +sin on the second."""
+
+
 class RotaryEmbedding(nn.Module):
+    """``x * cos + partner(x) * signed_sin``, where partner swaps the two elements of each rotated
+    pair (the two halves for neox style, adjacent elements for interleaved style). With the
+    sign folded into the sin table this equals the Hugging Face formula exactly."""
+
     def __init__(self, spec: RopeSpec) -> None:
         super().__init__()
         self.spec = spec
         positions = torch.arange(spec.max_position, dtype=torch.int64).float()
         freqs = positions[:, None] * spec.inv_freq()[None, :]
-        self.register_buffer("cos", freqs.cos(), persistent=False)
-        self.register_buffer("sin", freqs.sin(), persistent=False)
+        cos, sin = freqs.cos(), freqs.sin()
+        if spec.is_neox_style:
+            cos_full, sin_full = torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
+        else:
+            cos_full = cos.repeat_interleave(2, -1)
+            sin_full = torch.stack((-sin, sin), -1).flatten(-2)
+        self.register_buffer("cos", cos_full, persistent=False)
+        self.register_buffer("sin", sin_full, persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate ``q`` [T, Hq, D] and ``k`` [T, Hk, D] by their token positions [T]."""
-        cos = self.cos[positions].unsqueeze(1)
-        sin = self.sin[positions].unsqueeze(1)
-        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+    def angles(self, positions: torch.Tensor, dtype: torch.dtype) -> RotaryAngles:
+        return RotaryAngles(self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype))
 
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, angles: RotaryAngles, x: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x`` [T, heads, head_dim] (any number of heads, e.g. q and k together)."""
         rot = self.spec.rotary_dim
-        x_rot, x_pass = x[..., :rot], x[..., rot:]
-        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        x_rot = x[..., :rot] if rot < x.shape[-1] else x
         if self.spec.is_neox_style:
-            x1, x2 = x_rot.chunk(2, dim=-1)
+            partner = x_rot.roll(rot // 2, dims=-1)
         else:
-            x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]
-        o1 = x1 * cos - x2 * sin
-        o2 = x2 * cos + x1 * sin
-        if self.spec.is_neox_style:
-            out = torch.cat((o1, o2), dim=-1)
-        else:
-            out = torch.stack((o1, o2), dim=-1).flatten(-2)
-        return out if x_pass.shape[-1] == 0 else torch.cat((out, x_pass), dim=-1)
+            partner = x_rot.unflatten(-1, (rot // 2, 2)).flip(-1).flatten(-2)
+        out = x_rot * angles.cos + partner * angles.sin
+        return out if rot == x.shape[-1] else torch.cat((out, x[..., rot:]), dim=-1)

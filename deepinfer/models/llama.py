@@ -17,7 +17,7 @@ from deepinfer.layers.attention import Attention, AttentionMetadata
 from deepinfer.layers.embedding import LMHead, VocabEmbedding
 from deepinfer.layers.linear import Linear
 from deepinfer.layers.norm import RMSNorm
-from deepinfer.layers.rotary import RopeSpec, RotaryEmbedding
+from deepinfer.layers.rotary import RopeSpec, RotaryAngles, RotaryEmbedding
 from deepinfer.models.weights import WeightLoader
 
 
@@ -92,17 +92,16 @@ class LlamaAttention(nn.Module):
         self.attn = Attention(h, arch.num_kv_heads, d, scale=d**-0.5, kv_cache_index=layer_idx,
                               sliding_window=arch.sliding_windows[layer_idx])
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
-        t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(self.qkv_proj.output_sizes, dim=-1)
-        q = q.view(t, self.num_heads, self.head_dim)
-        k = k.view(t, self.num_kv_heads, self.head_dim)
-        v = v.view(t, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
-        o = self.attn(q, k, v.contiguous(), metadata)
-        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+    def forward(self, angles: RotaryAngles, x: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
+        t, h, hk = x.shape[0], self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x).view(t, h + 2 * hk, self.head_dim)
+        if self.q_norm is None:
+            qk = self.rotary(angles, qkv[:, : h + hk])  # q and k heads rotated in one pass
+        else:
+            qk = self.rotary(angles, torch.cat((self.q_norm(qkv[:, :h]), self.k_norm(qkv[:, h : h + hk])), 1))
+        q, k = qk.split((h, hk), dim=1)
+        o = self.attn(q, k, qkv[:, h + hk :].contiguous(), metadata)
+        return self.o_proj(o.reshape(t, h * self.head_dim))
 
 
 class LlamaMLP(nn.Module):
@@ -124,14 +123,14 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps, dtype)
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps, dtype)
 
-    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None,
+    def forward(self, angles: RotaryAngles, hidden: torch.Tensor, residual: torch.Tensor | None,
                 metadata: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
             residual = hidden
             hidden = self.input_layernorm(hidden)
         else:
             hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden, metadata)
+        hidden = self.self_attn(angles, hidden, metadata)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
 
@@ -150,8 +149,8 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.arch = arch = LlamaArch.from_hf_config(hf_config)
         self.embed_tokens = VocabEmbedding(arch.vocab_size, arch.hidden_size, dtype)
-        rotary = RotaryEmbedding(arch.rope)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(arch, i, rotary, dtype) for i in range(arch.num_layers))
+        self.rotary = RotaryEmbedding(arch.rope)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(arch, i, self.rotary, dtype) for i in range(arch.num_layers))
         self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps, dtype)
         self.lm_head = LMHead(arch.vocab_size, arch.hidden_size, dtype,
                               tied_to=self.embed_tokens if arch.tie_word_embeddings else None)
@@ -162,9 +161,10 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         hidden = self.embed_tokens(input_ids)
+        angles = self.rotary.angles(positions, hidden.dtype)
         residual = None
         for layer in self.layers:
-            hidden, residual = layer(positions, hidden, residual, metadata)
+            hidden, residual = layer(angles, hidden, residual, metadata)
         hidden, _ = self.norm(hidden, residual)
         return hidden
 

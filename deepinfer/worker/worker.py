@@ -11,6 +11,7 @@ from tqdm import tqdm
 from deepinfer import envs
 from deepinfer.config import EngineConfig
 from deepinfer.layers.attention import AttentionBatch, get_attention_backend
+from deepinfer.layers.linear import process_weights_after_loading
 from deepinfer.logger import init_logger
 from deepinfer.models.checkpoint import Checkpoint
 from deepinfer.models.registry import resolve_model_class
@@ -59,6 +60,7 @@ class Worker:
         if envs.DEEPINFER_TQDM:
             weights = tqdm(weights, desc="Loading weights", unit=" tensors", leave=False)
         model.load_weights(weights)
+        process_weights_after_loading(model)
         return model.eval()
 
     def _decide_num_blocks(self, num_kv_heads: int, head_dim: int) -> int:

@@ -94,25 +94,28 @@ class TorchAttentionBackend(AttentionBackend):
     def forward(self, layer: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 metadata: TorchAttentionMetadata) -> torch.Tensor:
         cache = metadata.kv_caches[layer.kv_cache_index]
-        key_cache, value_cache = cache[0], cache[1]
-        kv_shape = (-1, layer.num_kv_heads, layer.head_dim)
-        key_cache.view(kv_shape).index_copy_(0, metadata.slot_mapping, k)
-        value_cache.view(kv_shape).index_copy_(0, metadata.slot_mapping, v)
-        gqa = layer.num_kv_heads != layer.num_heads
+        hk, d = layer.num_kv_heads, layer.head_dim
+        flat = cache.view(2, -1, hk, d)
+        flat[0].index_copy_(0, metadata.slot_mapping, k)
+        flat[1].index_copy_(0, metadata.slot_mapping, v)
         window = layer.sliding_window
-        out = torch.empty_like(q)
-
         nd = metadata.num_decodes
-        if nd:
-            table = metadata.decode_block_tables
-            keys = key_cache[table].flatten(1, 2).transpose(1, 2)  # [B, Hk, L, D]
-            values = value_cache[table].flatten(1, 2).transpose(1, 2)
-            o = F.scaled_dot_product_attention(
-                q[:nd].unsqueeze(2), keys, values, attn_mask=metadata.decode_mask(window),
-                scale=layer.scale, enable_gqa=gqa,
-            )
-            out[:nd] = o.squeeze(2)
+        out = None if nd == q.shape[0] else torch.empty_like(q)
 
+        if nd:
+            # One gather for keys and values: [2, B, blocks, block_size, Hk, D] -> [2, B, Hk, L, D].
+            kv = cache[:, metadata.decode_block_tables].flatten(2, 3).transpose(2, 3)
+            # GQA without repeating keys: the query heads of one KV head act as its query rows.
+            grouped = q[:nd].reshape(nd, hk, layer.num_heads // hk, d)
+            o = F.scaled_dot_product_attention(grouped, kv[0], kv[1], attn_mask=metadata.decode_mask(window),
+                                               scale=layer.scale)
+            o = o.reshape(nd, layer.num_heads, d)
+            if out is None:
+                return o
+            out[:nd] = o
+
+        key_cache, value_cache = cache[0], cache[1]
+        gqa = hk != layer.num_heads
         for i, chunk in enumerate(metadata.prefills):
             sl = slice(chunk.q_start, chunk.q_end)
             queries = q[sl].transpose(0, 1)  # [Hq, q, D]

@@ -1,0 +1,1 @@
+"""Benchmark runners (deepinfer bench ...) and their plots."""
