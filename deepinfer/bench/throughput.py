@@ -105,13 +105,14 @@ def plot_throughput(result: dict[str, Any], path: Path) -> None:
 
     names = [r["engine"] for r in result["runs"]]
     values = [r["best_output_tokens_per_s"] for r in result["runs"]]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
     bars = ax.barh(names, values, color=["#2b6cb0", "#a0aec0"][: len(names)])
     ax.bar_label(bars, fmt="%.0f tok/s", padding=4)
     ax.set_xlabel("output tokens / s (higher is better)")
     env = result["environment"]
+    hardware = env.get("gpu") or f"{env['cpu']}, {env['cpu_threads']} threads"
     ax.set_title(f"{Path(result['model']).name}, {result['dtype']}, {len(result['prompt_tokens'])} prompts x "
-                 f"{result['args']['output_len']} tokens\n{env.get('gpu') or env['cpu']}", fontsize=9)
+                 f"{result['args']['output_len']} tokens\n{hardware}, {env['date'][:10]}", fontsize=8)
     ax.set_xlim(0, max(values) * 1.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -1,0 +1,66 @@
+"""The engine on a CUDA device (skipped without one): same tokens as transformers, KV sizing,
+seeded sampling. Run on the GPU machine with ``pytest -m gpu``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from deepinfer import LLM, SamplingParams
+
+pytestmark = pytest.mark.gpu
+
+NEW_TOKENS = 24
+
+
+def prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(7)
+    base = torch.randint(3, 384, (60,), generator=g).tolist()
+    return [torch.randint(3, 384, (n,), generator=g).tolist() for n in (3, 11, 29, 47)] + [base, base[:44] + [5, 6]]
+
+
+def hf_greedy(path: str, dtype: torch.dtype) -> list[list[int]]:
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).cuda().eval()
+    out = []
+    for p in prompts():
+        ids = model.generate(torch.tensor([p], device="cuda"), max_new_tokens=NEW_TOKENS, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)
+        out.append(ids[0, len(p):].tolist())
+    return out
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("engine_args", [{}, {"num_kv_blocks": 10, "max_num_batched_tokens": 16, "max_num_seqs": 3}],
+                         ids=["default", "preempt_chunk"])
+def test_cuda_greedy_equals_transformers_fp32(arch, engine_args, tiny_checkpoints):
+    llm = LLM(tiny_checkpoints[arch], device="cuda", dtype="float32", max_model_len=128, **engine_args)
+    assert llm.engine.device.type == "cuda"
+    outs = llm.generate(prompts(), SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True),
+                        use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outs] == hf_greedy(tiny_checkpoints[arch], torch.float32)
+
+
+def test_cuda_bf16_agrees_with_cpu_reference(tiny_checkpoints):
+    path = tiny_checkpoints["llama"]
+    params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    gpu = LLM(path, device="cuda", dtype="bfloat16", max_model_len=128).generate(prompts(), params, use_tqdm=False)
+    cpu = LLM(path, device="cpu", dtype="float32", max_model_len=128).generate(prompts(), params, use_tqdm=False)
+    first = [(g.outputs[0].token_ids[0], c.outputs[0].token_ids[0]) for g, c in zip(gpu, cpu)]
+    assert all(a == b for a, b in first), f"first greedy token differs between bf16 GPU and fp32 CPU: {first}"
+
+
+def test_cuda_kv_cache_fills_the_memory_fraction(tiny_llama):
+    total = torch.cuda.get_device_properties(0).total_memory
+    llm = LLM(tiny_llama, device="cuda", gpu_memory_utilization=0.05, max_model_len=128)
+    kv_bytes = llm.engine.worker.cache_engine.kv_caches[0].numel() * 4 * len(llm.engine.worker.cache_engine.kv_caches)
+    assert 0.02 * total < kv_bytes <= 0.05 * total
+
+
+def test_cuda_seeded_sampling_is_batch_invariant(tiny_llama):
+    llm = LLM(tiny_llama, device="cuda", max_model_len=128)
+    params = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=16, seed=11)
+    alone = llm.generate([prompts()[2]], params, use_tqdm=False)[0].outputs[0].token_ids
+    mixed = llm.generate(prompts(), [SamplingParams(temperature=1.0, max_tokens=20)] * 2 + [params]
+                         + [SamplingParams(temperature=1.0, max_tokens=20)] * 3, use_tqdm=False)
+    assert mixed[2].outputs[0].token_ids == alone
