@@ -22,7 +22,7 @@ from deepinfer.engine.output import OutputProcessor
 from deepinfer.engine.request import Request, RequestStatus
 from deepinfer.engine.scheduler import Scheduler
 from deepinfer.logger import init_logger
-from deepinfer.models.checkpoint import GGUFFileCheckpoint, open_checkpoint
+from deepinfer.models.checkpoint import open_checkpoint
 from deepinfer.models.registry import resolve_model_class
 from deepinfer.outputs import RequestOutput
 from deepinfer.sampling_params import SamplingParams
@@ -80,7 +80,7 @@ class LLMEngine:
             eos.add(self.tokenizer.eos_token_id)
         self.eos_token_ids = frozenset(eos)
         self.vocab_size = int(hf_config.vocab_size)
-        dtype = _resolve_dtype(config.model.dtype, hf_config, isinstance(checkpoint, GGUFFileCheckpoint), device)
+        dtype = _resolve_dtype(config.model.dtype, hf_config, checkpoint.format == "gguf", device)
         torch.manual_seed(config.model.seed)
         spec = ModelSpec(hf_config, dtype, device, self.max_model_len, self.eos_token_ids)
         self.worker = Worker(config, checkpoint, spec)

@@ -16,6 +16,8 @@ import torch
 
 class Checkpoint(Protocol):
     path: Path
+    format: str
+    """"hf" (a Hugging Face directory) or "gguf" (a single GGUF file)."""
 
     def hf_config(self) -> Any: ...
 
@@ -28,6 +30,8 @@ class Checkpoint(Protocol):
 
 class HFCheckpoint:
     """A Hugging Face model directory: config.json, tokenizer files, safetensors (sharded or not)."""
+
+    format = "hf"
 
     def __init__(self, path: Path, tokenizer_path: Path | None = None) -> None:
         self.path = path
@@ -85,39 +89,15 @@ class HFCheckpoint:
                 yield from torch.load(file, map_location="cpu", weights_only=True).items()
 
     def eos_token_ids(self) -> set[int]:
-        ids = _as_id_set(getattr(self.hf_config(), "eos_token_id", None))
+        ids = as_id_set(getattr(self.hf_config(), "eos_token_id", None))
         gen = self.path / "generation_config.json"
         if gen.is_file():
-            ids |= _as_id_set(json.loads(gen.read_text()).get("eos_token_id"))
+            ids |= as_id_set(json.loads(gen.read_text()).get("eos_token_id"))
         return ids
 
 
-class GGUFFileCheckpoint:
-    """A single GGUF file: config, tokenizer and weights all come from its metadata and tensors."""
-
-    def __init__(self, path: Path) -> None:
-        from deepinfer.models.gguf_checkpoint import GGUFCheckpoint
-
-        self.path = path
-        self._gguf = GGUFCheckpoint(path)
-        self._config: Any = None
-
-    def hf_config(self) -> Any:
-        if self._config is None:
-            self._config = self._gguf.hf_config()
-        return self._config
-
-    def tokenizer(self) -> Any:
-        return self._gguf.tokenizer()
-
-    def iter_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        return self._gguf.iter_weights()
-
-    def eos_token_ids(self) -> set[int]:
-        return _as_id_set(getattr(self.hf_config(), "eos_token_id", None))
-
-
-def _as_id_set(value: Any) -> set[int]:
+def as_id_set(value: Any) -> set[int]:
+    """Token id(s) from a config field (None, an int or a list) as a set."""
     if value is None:
         return set()
     if isinstance(value, int):
@@ -134,5 +114,7 @@ def open_checkpoint(model: str | os.PathLike, tokenizer: str | os.PathLike | Non
     if path.is_file():
         if path.suffix != ".gguf":
             raise ValueError(f"model file {str(model)!r} is not a .gguf file; pass a .gguf file or a model directory")
-        return GGUFFileCheckpoint(path)
+        from deepinfer.models.gguf_checkpoint import GGUFCheckpoint  # gguf stays off the import path of HF models
+
+        return GGUFCheckpoint(path)
     return HFCheckpoint(path, Path(tokenizer).expanduser() if tokenizer else None)

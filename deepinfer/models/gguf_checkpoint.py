@@ -371,6 +371,8 @@ def _float32_value(value: float) -> float:
 class GGUFCheckpoint:
     """A llama.cpp GGUF file seen as a Hugging Face checkpoint (config, tokenizer, weights)."""
 
+    format = "gguf"
+
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         if not self.path.exists():
@@ -503,6 +505,10 @@ class GGUFCheckpoint:
         if self._arch.has_attention_bias_flag:
             kwargs["attention_bias"] = "blk.0.attn_q.bias" in self._tensors
         return self._arch.config_class(**kwargs)
+
+    def eos_token_ids(self) -> set[int]:
+        eos = self._field("tokenizer.ggml.eos_token_id", None)
+        return set() if eos is None else {int(eos)}
 
     def _vocab_size(self) -> int:
         size = self._arch_field("vocab_size", None)

@@ -444,14 +444,20 @@ def test_llama3_factors_match_transformers_llama3_rope() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _tokenizer_only_gguf(path: Path, *, pre: str = "qwen2", model: str = "gpt2", extra: Callable | None = None) -> Path:
-    writer = gguf.GGUFWriter(str(path), "qwen2")
+def _small_model_writer(path: Path, arch: str) -> gguf.GGUFWriter:
+    """A writer with the model metadata of a tiny one-layer model and no tensors yet."""
+    writer = gguf.GGUFWriter(str(path), arch)
     writer.add_context_length(128)
     writer.add_embedding_length(32)
     writer.add_block_count(1)
     writer.add_feed_forward_length(64)
     writer.add_head_count(2)
     writer.add_layer_norm_rms_eps(1e-6)
+    return writer
+
+
+def _tokenizer_only_gguf(path: Path, *, pre: str = "qwen2", model: str = "gpt2", extra: Callable | None = None) -> Path:
+    writer = _small_model_writer(path, "qwen2")
     _add_tokenizer(writer, pre=pre, model=model)
     if extra is not None:
         extra(writer)
@@ -520,13 +526,7 @@ _SPM_PIECES += [(piece, -float(i), 1) for i, piece in enumerate(_SPM_NORMAL)]
 
 def _spm_gguf(path: Path) -> Path:
     tokens, scores, types = (list(column) for column in zip(*_SPM_PIECES))
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(128)
-    writer.add_embedding_length(32)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(64)
-    writer.add_head_count(2)
-    writer.add_layer_norm_rms_eps(1e-6)
+    writer = _small_model_writer(path, "llama")
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
