@@ -204,8 +204,6 @@ class KVManager:
                 break
             hit.append(block_id)
             parent = block_hash
-        self.stats.queries += request.num_tokens
-        self.stats.hits += len(hit) * bs
         return hit
 
     def cache_computed_blocks(self, request: Request) -> None:
@@ -248,8 +246,11 @@ class KVManager:
         if num_new_blocks > 0:
             owned += self.pool.allocate(num_new_blocks)
         self._block_ids[rid] = owned
-        if needs_slot:
+        if needs_slot:  # admission: count the lookup once, now that it succeeded
             self._slot[rid] = self.slots.allocate()
+            if self.enable_prefix_caching:
+                self.stats.queries += request.num_tokens
+                self.stats.hits += len(cached_blocks) * self.block_size
         if cached_blocks:
             self._num_hashed_blocks[rid] = len(cached_blocks)
         return True

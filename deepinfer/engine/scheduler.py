@@ -79,18 +79,20 @@ class Scheduler:
         request.metrics.finished_time = time.time()
         self.kv.free(request)
         self.kv.forget(request)
-        if request.request_id in self._runner_knows:
-            self._runner_knows.discard(request.request_id)
-            self._to_drop.add(request.request_id)
+        self._drop_from_runner(request.request_id)
 
     def _preempt(self, request: Request) -> None:
         self.kv.free(request)
         request.reset_for_recompute()
         self.waiting.appendleft(request)
         self.num_preemptions += 1
-        if request.request_id in self._runner_knows:
-            self._runner_knows.discard(request.request_id)
-            self._to_drop.add(request.request_id)
+        self._drop_from_runner(request.request_id)
+
+    def _drop_from_runner(self, request_id: str) -> None:
+        """The runner forgets the request at the next step; if it comes back, it is sent in full."""
+        if request_id in self._runner_knows:
+            self._runner_knows.discard(request_id)
+            self._to_drop.add(request_id)
 
     # ---- one step --------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:

@@ -121,3 +121,14 @@ def test_prefix_caching_off_never_hits():
 def test_pool_needs_two_blocks():
     with pytest.raises(ValueError, match="at least 2 blocks"):
         KVManager(num_blocks=1, block_size=BS, num_state_slots=1, enable_prefix_caching=True)
+
+
+def test_prefix_lookups_count_once_per_successful_admission():
+    kv = KVManager(num_blocks=5, block_size=BS, num_state_slots=4, enable_prefix_caching=True)
+    admit(kv, make_request("a", list(range(12))))
+    before = (kv.stats.queries, kv.stats.hits)
+    big = make_request("b", list(range(8)) + list(range(100, 120)))
+    for _ in range(3):  # a blocked head of the queue is looked up every step
+        hit = kv.find_cached_prefix(big)
+        assert not kv.allocate(big, big.num_tokens - len(hit) * BS, hit)
+    assert (kv.stats.queries, kv.stats.hits) == before
