@@ -125,3 +125,24 @@ def test_shared_prefix_hits_within_one_batch(tiny_checkpoints, hf_reference):
     # Prompts 6 and 7 share 40 and 52 tokens with prompt 5, which ran before them.
     assert outputs[6].num_cached_tokens == 32
     assert outputs[7].num_cached_tokens == 48
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bfloat16_on_cpu_is_as_accurate_as_transformers_bfloat16(arch, tiny_checkpoints, hf_reference):
+    """bf16 cannot match float32 token for token, so measure its error: the first-step top-5
+    log-probabilities of deepinfer in bf16 stay as close to transformers' float32 ones as
+    transformers' own bf16 model does (within 1.5x its worst error, plus rounding slack)."""
+    hf_model, _ = hf_reference[arch]
+    hf_bf16 = transformers.AutoModelForCausalLM.from_pretrained(tiny_checkpoints[arch], dtype=torch.bfloat16)
+    llm = LLM(tiny_checkpoints[arch], dtype="bfloat16", max_model_len=128)
+    assert llm.engine.dtype == torch.bfloat16
+    outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=1, logprobs=5), use_tqdm=False)
+    ours_err = theirs_err = 0.0
+    for prompt, out in zip(PROMPTS, outs):
+        with torch.inference_mode():
+            ref = hf_model(torch.tensor([prompt])).logits[0, -1].log_softmax(-1)
+            theirs = hf_bf16(torch.tensor([prompt])).logits[0, -1].float().log_softmax(-1)
+        for token_id, lp in out.outputs[0].logprobs[0].items():
+            ours_err = max(ours_err, abs(lp.logprob - ref[token_id].item()))
+            theirs_err = max(theirs_err, abs(theirs[token_id].item() - ref[token_id].item()))
+    assert ours_err <= 1.5 * theirs_err + 0.02, f"{arch}: bf16 error {ours_err:.3f} vs transformers' {theirs_err:.3f}"
