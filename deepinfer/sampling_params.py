@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 _NUMBER = (int, float)
@@ -111,7 +111,3 @@ class SamplingParams:
 
     def clone(self, **changes: Any) -> "SamplingParams":
         return replace(self, **changes)
-
-    @classmethod
-    def field_names(cls) -> set[str]:
-        return {f.name for f in fields(cls)}

@@ -1,10 +1,10 @@
 """The sampler: logits -> next token ids (and log-probabilities), one row per request.
 
-Order of operations (as in vLLM): penalties on the raw logits, then min_tokens suppression,
-then temperature, min_p, top_k and top_p, then a draw. Greedy rows take the argmax of the
-penalized logits. Random rows draw with the "exponential race" (argmax of p / E with
-E ~ Exp(1)), which samples exactly from p and draws each row's noise from a generator seeded by that request's seed and the token's position,
-so a seeded request gives the same tokens whatever batch it is in.
+Order of operations: penalties on the raw logits, then min_tokens suppression, then
+temperature, top_k, top_p and min_p, then a draw. Greedy rows take the argmax of the penalized
+logits. Random rows draw with the "exponential race" (argmax of p / E with E ~ Exp(1)), which
+samples exactly from p; each row's noise comes from a generator seeded by that request's seed
+and the token's position, so a seeded request gives the same tokens whatever batch it is in.
 
 Log-probabilities are those of the model's raw distribution (before penalties, temperature
 and truncation), like vLLM's default.

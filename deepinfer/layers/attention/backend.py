@@ -40,10 +40,6 @@ class AttentionBatch:
     def num_requests(self) -> int:
         return len(self.seq_lens)
 
-    @property
-    def query_lens(self) -> np.ndarray:
-        return np.diff(self.query_start_loc)
-
 
 class AttentionMetadata:
     """Per-step state a backend builds once and every layer reads; the only path to the KV cache."""
