@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+LOAD_FORMATS = ("auto", "dummy")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -31,7 +32,10 @@ class ModelConfig:
     """Which checkpoint to run and in what precision."""
 
     model: str | None = None
-    """A Hugging Face model directory, or a .gguf file. None runs the embedded SmolLM2-135M-Instruct."""
+    """A Hugging Face model directory, a .gguf file, a config.json or a built-in config name (llama3-8b,
+    qwen3-8b, ...; these two need load_format="dummy"). None runs the embedded SmolLM2-135M-Instruct."""
+    load_format: str = "auto"
+    """auto: read the checkpoint's weights. dummy: random weights at the model's shapes (benchmarks)."""
     tokenizer: str | None = None
     """Tokenizer directory if it is not the model's own."""
     dtype: str = "auto"
@@ -47,6 +51,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.model is not None and not isinstance(self.model, str):
             self.model = str(self.model)
+        if self.load_format not in LOAD_FORMATS:
+            raise _bad("load_format", f"one of {', '.join(LOAD_FORMATS)}", self.load_format)
         if self.dtype not in DTYPES:
             raise _bad("dtype", f"one of {', '.join(DTYPES)}", self.dtype)
         _positive_int("max_model_len", self.max_model_len, optional=True)

@@ -70,6 +70,19 @@ _DECLARED: tuple[EnvVar, ...] = (
         "Threads torch uses for CPU execution; 0 leaves torch's default (one per core).",
     ),
     EnvVar(
+        "DEEPINFER_KERNEL_BACKEND",
+        str,
+        "auto",
+        "Kernel backend of deepinfer.ops: auto (Triton on CUDA, torch reference on CPU), torch or triton.",
+        choices=("auto", "torch", "triton"),
+    ),
+    EnvVar(
+        "TRITON_INTERPRET",
+        bool,
+        False,
+        "Triton's own switch (read here, never set): 1 runs Triton kernels in its CPU interpreter, for tests.",
+    ),
+    EnvVar(
         "DEEPINFER_TQDM",
         bool,
         True,

@@ -7,8 +7,15 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DEEPINFER_TQDM", "0")
 
-import pytest
-import torch
+import torch  # noqa: E402
+
+if not torch.cuda.is_available():
+    # Triton kernels are tested in Triton's CPU interpreter. The switch must be on before
+    # triton is first imported (transformers may import it), since triton.language's own
+    # helpers are jitted at import.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 
 from tests.tiny_models import ARCHS, save_tiny_checkpoint
 

@@ -74,7 +74,7 @@ class LLMEngine:
         device = torch.device(config.device.resolve())
         self.model_path = model_path
         self.max_model_len = _resolve_max_model_len(config.model.max_model_len, hf_config)
-        self.tokenizer = checkpoint.tokenizer()
+        self.tokenizer = checkpoint.tokenizer()  # None for a config-only model: token ids in and out
         eos = set(checkpoint.eos_token_ids())
         if getattr(self.tokenizer, "eos_token_id", None) is not None:
             eos.add(self.tokenizer.eos_token_id)
@@ -113,6 +113,8 @@ class LLMEngine:
                 f"the prompt has {len(prompt_token_ids)} tokens but max_model_len is {self.max_model_len}; "
                 f"shorten it to at most {self.max_model_len - 1} tokens or raise max_model_len"
             )
+        if params.stop and self.tokenizer is None:
+            raise ValueError("SamplingParams.stop needs a tokenizer and this model has none; use stop_token_ids")
         if params.logprobs is not None and params.logprobs > self.config.model.max_logprobs:
             raise ValueError(
                 f"SamplingParams.logprobs={params.logprobs} is more than max_logprobs={self.config.model.max_logprobs}"

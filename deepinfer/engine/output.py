@@ -56,7 +56,8 @@ class SampleState:
     """Text-side state of one sample (one Request)."""
 
     index: int
-    detokenizer: IncrementalDetokenizer
+    detokenizer: IncrementalDetokenizer | None
+    """None when the model has no tokenizer: the output is token ids only."""
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict[int, Logprob]] | None = None
@@ -94,9 +95,9 @@ class OutputProcessor:
         parent = ParentState(request_id, prompt, requests[0].prompt_token_ids, samples, requests)
         for req in requests:
             p = req.sampling_params
-            sample = SampleState(req.sample_index,
-                                 IncrementalDetokenizer(self.tokenizer, req.prompt_token_ids, p.skip_special_tokens),
-                                 logprobs=[] if p.logprobs is not None else None)
+            detokenizer = None if self.tokenizer is None else IncrementalDetokenizer(
+                self.tokenizer, req.prompt_token_ids, p.skip_special_tokens)
+            sample = SampleState(req.sample_index, detokenizer, logprobs=[] if p.logprobs is not None else None)
             samples.append(sample)
             self._sample_of[req.request_id] = (parent, sample)
         self.parents[request_id] = parent
@@ -114,14 +115,14 @@ class OutputProcessor:
                 sample.logprobs.append(self._decode_logprobs(lp))
             ended_by_token = req.is_finished and req.status == RequestStatus.FINISHED_STOPPED
             stopped = False
-            for i, token in enumerate(new_tokens):
+            for i, token in enumerate(new_tokens if sample.detokenizer is not None else ()):
                 if ended_by_token and i == len(new_tokens) - 1:
                     break  # the EOS / stop token that ended the request is not part of the text
                 if self._append_text(req, sample, sample.detokenizer.add(token)):
                     stopped_by_string.append(req.request_id)
                     stopped = True
                     break
-            if req.is_finished and not stopped:
+            if req.is_finished and not stopped and sample.detokenizer is not None:
                 stopped = self._append_text(req, sample, sample.detokenizer.flush())
                 if stopped:
                     stopped_by_string.append(req.request_id)
@@ -147,7 +148,7 @@ class OutputProcessor:
 
     def _decode_logprobs(self, lp: TokenLogprobs) -> dict[int, Logprob]:
         return {
-            tid: Logprob(value, rank, self.tokenizer.decode([tid]))
+            tid: Logprob(value, rank, None if self.tokenizer is None else self.tokenizer.decode([tid]))
             for tid, value, rank in zip(lp.token_ids, lp.logprobs, lp.ranks)
         }
 

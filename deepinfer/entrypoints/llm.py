@@ -34,6 +34,11 @@ class LLM:
     def get_tokenizer(self) -> Any:
         return self.engine.tokenizer
 
+    def _require_tokenizer(self) -> Any:
+        if self.engine.tokenizer is None:
+            raise ValueError(f"model {self.engine.model_path!r} has no tokenizer; pass prompts as token ids")
+        return self.engine.tokenizer
+
     def stats(self) -> EngineStats:
         return self.engine.stats()
 
@@ -63,7 +68,7 @@ class LLM:
             conversations = messages
         else:
             raise ValueError("messages must be a non-empty list of messages or a list of conversations")
-        tok = self.engine.tokenizer
+        tok = self._require_tokenizer()
         parsed = []
         for conversation in conversations:
             text = render_chat(tok, conversation, add_generation_prompt, chat_template)
@@ -80,7 +85,7 @@ class LLM:
         params = sampling_params or SamplingParams()
         if params.n != 1:
             raise ValueError("stream_chat streams one completion; use SamplingParams(n=1)")
-        tok = self.engine.tokenizer
+        tok = self._require_tokenizer()
         text = render_chat(tok, messages, True, chat_template)
         token_ids = tok.encode(text, add_special_tokens=False)
         engine = self.engine
@@ -107,7 +112,7 @@ class LLM:
             else:
                 raise ValueError(f"prompts[{index}] is a dict without 'prompt' or 'prompt_token_ids'")
         if isinstance(prompt, str):
-            return prompt, self.engine.tokenizer.encode(prompt)
+            return prompt, self._require_tokenizer().encode(prompt)
         if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             return None, list(prompt)
         raise ValueError(f"prompts[{index}] must be a string or a list of token ids, got {type(prompt).__name__}")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from deepinfer import ops
 
 
 class SiluAndMul(nn.Module):
     """``silu(gate) * up`` for an input laid out as [..., gate | up]."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = x.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return ops.silu_and_mul(x)

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from deepinfer import ops
+
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -72,45 +74,16 @@ def _llama3_scaled(inv_freq: torch.Tensor, s: dict[str, Any]) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
-@dataclass
-class RotaryAngles:
-    """cos and signed sin of one step's positions, computed once and shared by every layer."""
-
-    cos: torch.Tensor
-    """[T, 1, rotary_dim] in the model dtype."""
-    sin: torch.Tensor
-    """[T, 1, rotary_dim]: -sin on the first element of each rotated pair, +sin on the second."""
-
-
 class RotaryEmbedding(nn.Module):
-    """``x * cos + partner(x) * signed_sin``, where partner swaps the two elements of each rotated
-    pair (the two halves for neox style, adjacent elements for interleaved style). With the
-    sign folded into the sin table this equals the Hugging Face formula exactly."""
+    """Holds the float32 cos/sin table of a model's rotary spec; rotation is deepinfer.ops.rotary_embedding."""
 
     def __init__(self, spec: RopeSpec) -> None:
         super().__init__()
         self.spec = spec
         positions = torch.arange(spec.max_position, dtype=torch.int64).float()
         freqs = positions[:, None] * spec.inv_freq()[None, :]
-        cos, sin = freqs.cos(), freqs.sin()
-        if spec.is_neox_style:
-            cos_full, sin_full = torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
-        else:
-            cos_full = cos.repeat_interleave(2, -1)
-            sin_full = torch.stack((-sin, sin), -1).flatten(-2)
-        self.register_buffer("cos", cos_full, persistent=False)
-        self.register_buffer("sin", sin_full, persistent=False)
+        self.register_buffer("cos_sin", torch.cat((freqs.cos(), freqs.sin()), dim=-1), persistent=False)
 
-    def angles(self, positions: torch.Tensor, dtype: torch.dtype) -> RotaryAngles:
-        return RotaryAngles(self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype))
-
-    def forward(self, angles: RotaryAngles, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Rotate ``x`` [T, heads, head_dim] (any number of heads, e.g. q and k together)."""
-        rot = self.spec.rotary_dim
-        x_rot = x[..., :rot] if rot < x.shape[-1] else x
-        if self.spec.is_neox_style:
-            partner = x_rot.roll(rot // 2, dims=-1)
-        else:
-            partner = x_rot.unflatten(-1, (rot // 2, 2)).flip(-1).flatten(-2)
-        out = x_rot * angles.cos + partner * angles.sin
-        return out if rot == x.shape[-1] else torch.cat((out, x[..., rot:]), dim=-1)
+        return ops.rotary_embedding(x, positions, self.cos_sin, self.spec.is_neox_style)

@@ -96,6 +96,38 @@ class HFCheckpoint:
         return ids
 
 
+class ConfigCheckpoint:
+    """A model given by its config alone (a built-in preset name or a config.json file): shapes
+    without weights or tokenizer, for ``load_format="dummy"`` benchmarks."""
+
+    format = "config"
+
+    def __init__(self, path: Path, config: Any) -> None:
+        self.path = path
+        self._config = config
+
+    def hf_config(self) -> Any:
+        return self._config
+
+    def tokenizer(self) -> None:
+        return None
+
+    def iter_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        raise ValueError(f"model {str(self.path)!r} is a config without weights; pass load_format='dummy'")
+
+    def eos_token_ids(self) -> set[int]:
+        return as_id_set(getattr(self._config, "eos_token_id", None))
+
+
+def _config_from_json(path: Path) -> Any:
+    from transformers import AutoConfig
+
+    data = json.loads(path.read_text())
+    if "model_type" not in data:
+        raise ValueError(f"{path} has no model_type; is it a Hugging Face config.json?")
+    return AutoConfig.for_model(data.pop("model_type"), **data)
+
+
 def as_id_set(value: Any) -> set[int]:
     """Token id(s) from a config field (None, an int or a list) as a set."""
     if value is None:
@@ -106,12 +138,19 @@ def as_id_set(value: Any) -> set[int]:
 
 
 def open_checkpoint(model: str | os.PathLike, tokenizer: str | os.PathLike | None = None) -> Checkpoint:
+    from deepinfer.models.presets import PRESETS, preset_config
+
+    if str(model) in PRESETS:
+        return ConfigCheckpoint(Path(str(model)), preset_config(str(model)))
     path = Path(model).expanduser()
     if not path.exists():
         raise FileNotFoundError(
-            f"model path {str(model)!r} does not exist; pass a Hugging Face model directory or a .gguf file"
+            f"model path {str(model)!r} does not exist; pass a Hugging Face model directory, a .gguf file, "
+            f"a config.json, or a built-in config name ({', '.join(PRESETS)})"
         )
     if path.is_file():
+        if path.suffix == ".json":
+            return ConfigCheckpoint(path, _config_from_json(path))
         if path.suffix != ".gguf":
             raise ValueError(f"model file {str(model)!r} is not a .gguf file; pass a .gguf file or a model directory")
         from deepinfer.models.gguf_checkpoint import GGUFCheckpoint  # gguf stays off the import path of HF models

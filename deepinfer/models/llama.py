@@ -17,7 +17,7 @@ from deepinfer.layers.attention import Attention, AttentionMetadata
 from deepinfer.layers.embedding import LMHead, VocabEmbedding
 from deepinfer.layers.linear import Linear
 from deepinfer.layers.norm import RMSNorm
-from deepinfer.layers.rotary import RopeSpec, RotaryAngles, RotaryEmbedding
+from deepinfer.layers.rotary import RopeSpec, RotaryEmbedding
 from deepinfer.models.weights import WeightLoader
 
 
@@ -92,13 +92,13 @@ class LlamaAttention(nn.Module):
         self.attn = Attention(h, arch.num_kv_heads, d, scale=d**-0.5, kv_cache_index=layer_idx,
                               sliding_window=arch.sliding_windows[layer_idx])
 
-    def forward(self, angles: RotaryAngles, x: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         t, h, hk = x.shape[0], self.num_heads, self.num_kv_heads
         qkv = self.qkv_proj(x).view(t, h + 2 * hk, self.head_dim)
         if self.q_norm is None:
-            qk = self.rotary(angles, qkv[:, : h + hk])  # q and k heads rotated in one pass
+            qk = self.rotary(positions, qkv[:, : h + hk])  # q and k heads rotated in one pass
         else:
-            qk = self.rotary(angles, torch.cat((self.q_norm(qkv[:, :h]), self.k_norm(qkv[:, h : h + hk])), 1))
+            qk = self.rotary(positions, torch.cat((self.q_norm(qkv[:, :h]), self.k_norm(qkv[:, h : h + hk])), 1))
         q, k = qk.split((h, hk), dim=1)
         o = self.attn(q, k, qkv[:, h + hk :].contiguous(), metadata)
         return self.o_proj(o.reshape(t, h * self.head_dim))
@@ -123,14 +123,14 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps, dtype)
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps, dtype)
 
-    def forward(self, angles: RotaryAngles, hidden: torch.Tensor, residual: torch.Tensor | None,
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None,
                 metadata: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
             residual = hidden
             hidden = self.input_layernorm(hidden)
         else:
             hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(angles, hidden, metadata)
+        hidden = self.self_attn(positions, hidden, metadata)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
 
@@ -161,10 +161,9 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         hidden = self.embed_tokens(input_ids)
-        angles = self.rotary.angles(positions, hidden.dtype)
         residual = None
         for layer in self.layers:
-            hidden, residual = layer(angles, hidden, residual, metadata)
+            hidden, residual = layer(positions, hidden, residual, metadata)
         hidden, _ = self.norm(hidden, residual)
         return hidden
 

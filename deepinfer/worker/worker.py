@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -35,6 +36,20 @@ class ModelSpec:
     eos_token_ids: frozenset[int]
 
 
+@torch.no_grad()
+def initialize_dummy_weights(model: torch.nn.Module, seed: int) -> None:
+    """Random weights at the real shapes: normal(0, 0.02) matrices, ones for norm weights, zero biases.
+    Values only need to be finite and of realistic scale; the work done is the same as with real ones."""
+    generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    for name, param in model.named_parameters():
+        if param.dim() >= 2:
+            param.normal_(0.0, 0.02, generator=generator)
+        elif name.endswith("bias"):
+            param.zero_()
+        else:
+            param.fill_(1.0)
+
+
 class Worker:
     def __init__(self, config: EngineConfig, checkpoint: Checkpoint, spec: ModelSpec) -> None:
         self.config = config
@@ -43,7 +58,7 @@ class Worker:
         if self.device.type == "cpu" and envs.DEEPINFER_CPU_THREADS > 0:
             torch.set_num_threads(envs.DEEPINFER_CPU_THREADS)
         self.model = self._load_model(checkpoint)
-        self.attn_backend = get_attention_backend("torch")
+        self.attn_backend = get_attention_backend("paged")
         arch = self.model.arch
         self.block_size = config.cache.block_size
         self.num_blocks = self._decide_num_blocks(arch.num_kv_heads, arch.head_dim)
@@ -56,10 +71,13 @@ class Worker:
         model_cls = resolve_model_class(self.spec.hf_config)
         with torch.device(self.device):
             model = model_cls(self.spec.hf_config, self.spec.dtype)
-        weights: Iterator = checkpoint.iter_weights()
-        if envs.DEEPINFER_TQDM:
-            weights = tqdm(weights, desc="Loading weights", unit=" tensors", leave=False)
-        model.load_weights(weights)
+        if self.config.model.load_format == "dummy":
+            initialize_dummy_weights(model, self.config.model.seed)
+        else:
+            weights: Iterator = checkpoint.iter_weights()
+            if envs.DEEPINFER_TQDM:
+                weights = tqdm(weights, desc="Loading weights", unit=" tensors", leave=False)
+            model.load_weights(weights)
         process_weights_after_loading(model)
         return model.eval()
 
@@ -100,21 +118,23 @@ class Worker:
     def _profile_step(self) -> None:
         """One forward pass of a max_num_batched_tokens prefill, to measure activation memory."""
         arch = self.model.arch
+        bs = self.block_size
         num_tokens = min(self.config.scheduler.max_num_batched_tokens, self.spec.max_model_len)
-        dummy = CacheEngine(self.attn_backend, self.model.num_kv_caches, 2, num_tokens, arch.num_kv_heads,
+        num_blocks = -(-num_tokens // bs)
+        dummy = CacheEngine(self.attn_backend, self.model.num_kv_caches, num_blocks + 1, bs, arch.num_kv_heads,
                             arch.head_dim, self.spec.dtype, self.device)
+        positions = np.arange(num_tokens)
         batch = AttentionBatch(
-            query_start_loc=torch.tensor([0, num_tokens]).numpy(),
-            seq_lens=torch.tensor([num_tokens]).numpy(),
-            block_tables=[[1]],
-            slot_mapping=torch.arange(num_tokens).numpy() + num_tokens,
+            query_start_loc=np.array([0, num_tokens]),
+            seq_lens=np.array([num_tokens]),
+            block_tables=[list(range(1, num_blocks + 1))],
+            slot_mapping=positions + bs,
             num_decodes=0,
-            block_size=num_tokens,
+            block_size=bs,
         )
         metadata = self.attn_backend.build_metadata(batch, dummy.kv_caches, self.device)
         ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
-        positions = torch.arange(num_tokens, device=self.device)
-        hidden = self.model(ids, positions, metadata)
+        hidden = self.model(ids, torch.from_numpy(positions).to(self.device), metadata)
         self.model.compute_logits(hidden[-1:])
         del dummy, hidden
         torch.cuda.synchronize(self.device)

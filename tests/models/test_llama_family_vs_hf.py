@@ -56,7 +56,7 @@ def test_prefill_logits_match_transformers(arch, tiny_checkpoints, hf_reference)
     model = llm.engine.worker.model
     hf_model, _ = hf_reference[arch]
     # All prompts as one flat variable-length prefill batch through the paged cache.
-    backend = get_attention_backend("torch")
+    backend = get_attention_backend("paged")
     bs = 16
     lens = [len(p) for p in PROMPTS]
     blocks_per = [-(-n // bs) for n in lens]

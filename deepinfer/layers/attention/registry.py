@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from deepinfer.layers.attention.backend import AttentionBackend
-from deepinfer.layers.attention.torch_backend import TorchAttentionBackend
+from deepinfer.layers.attention.paged_backend import PagedAttentionBackend
 
-_BACKENDS: dict[str, type[AttentionBackend]] = {TorchAttentionBackend.name: TorchAttentionBackend}
+_BACKENDS: dict[str, type[AttentionBackend]] = {PagedAttentionBackend.name: PagedAttentionBackend}
 
 
-def get_attention_backend(name: str = "torch") -> AttentionBackend:
+def get_attention_backend(name: str = "paged") -> AttentionBackend:
     try:
         return _BACKENDS[name]()
     except KeyError:

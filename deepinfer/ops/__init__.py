@@ -1,0 +1,15 @@
+"""Custom kernels. Each op is a public function in ``ops/<op>.py`` with a torch reference
+``<op>_ref`` of the same signature (also the CPU implementation) and a Triton backend in
+``ops/triton/<op>.py``; ``deepinfer.ops.dispatch`` picks one per device."""
+
+from deepinfer.ops.dispatch import OP_NAMES, backend_name, get_op
+from deepinfer.ops.paged_attention import paged_decode_attention, paged_prefill_attention
+from deepinfer.ops.rms_norm import rms_norm
+from deepinfer.ops.rotary_embedding import rotary_embedding
+from deepinfer.ops.silu_and_mul import silu_and_mul
+from deepinfer.ops.write_kv_cache import write_kv_cache
+
+__all__ = [
+    "OP_NAMES", "backend_name", "get_op", "paged_decode_attention", "paged_prefill_attention", "rms_norm",
+    "rotary_embedding", "silu_and_mul", "write_kv_cache",
+]

@@ -1,0 +1,24 @@
+"""Write new keys and values into the paged KV cache."""
+
+from __future__ import annotations
+
+import torch
+
+from deepinfer.ops.dispatch import get_op
+
+
+def write_kv_cache_ref(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                       slot_mapping: torch.Tensor) -> None:
+    if bool((slot_mapping < 0).any()):
+        keep = slot_mapping >= 0
+        slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
+    flat = kv_cache.view(2, -1, *kv_cache.shape[-2:])
+    flat[0].index_copy_(0, slot_mapping, key)
+    flat[1].index_copy_(0, slot_mapping, value)
+
+
+def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Store ``key``/``value`` [T, kv_heads, head_dim] at ``slot_mapping`` [T] (block * block_size +
+    offset) of ``kv_cache`` [2, num_blocks, block_size, kv_heads, head_dim], in place. A negative
+    slot (a padding token of a CUDA-graph batch) is skipped."""
+    get_op("write_kv_cache", key.device.type)(key, value, kv_cache, slot_mapping)

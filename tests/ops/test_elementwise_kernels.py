@@ -1,0 +1,90 @@
+"""Triton kernels of the elementwise ops against their torch references (CPU interpreter)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+# The modules, not the public functions of the same names that deepinfer.ops exports.
+rms_norm_mod = importlib.import_module("deepinfer.ops.rms_norm")
+rotary_mod = importlib.import_module("deepinfer.ops.rotary_embedding")
+silu_mod = importlib.import_module("deepinfer.ops.silu_and_mul")
+kv_mod = importlib.import_module("deepinfer.ops.write_kv_cache")
+
+
+def triton_op(name: str):
+    return getattr(importlib.import_module(f"deepinfer.ops.triton.{name}"), name)
+
+
+DTYPES = [torch.float32, torch.float16]
+
+
+@pytest.mark.parametrize("name, module", [("rms_norm", rms_norm_mod), ("rotary_embedding", rotary_mod),
+                                          ("silu_and_mul", silu_mod), ("write_kv_cache", kv_mod)])
+def test_signature_matches_reference(name, module):
+    assert inspect.signature(triton_op(name)) == inspect.signature(getattr(module, f"{name}_ref"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul(dtype):
+    x = torch.randn(5, 2 * 48, dtype=dtype)
+    torch.testing.assert_close(triton_op("silu_and_mul")(x), silu_mod.silu_and_mul_ref(x), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_rms_norm(dtype, with_residual):
+    x = torch.randn(4, 96, dtype=dtype)
+    w = torch.randn(96, dtype=dtype)
+    r = torch.randn(4, 96, dtype=dtype) if with_residual else None
+    got, want = triton_op("rms_norm")(x, w, 1e-6, r), rms_norm_mod.rms_norm_ref(x, w, 1e-6, r)
+    if with_residual:
+        torch.testing.assert_close(got[1], want[1], atol=0, rtol=0)
+        got, want = got[0], want[0]
+    torch.testing.assert_close(got, want, atol=2e-3 if dtype == torch.float16 else 1e-5, rtol=1e-3)
+
+
+def test_rms_norm_per_head_weight():
+    x = torch.randn(3, 4, 32)  # q/k norm: [T, heads, head_dim] with weight [head_dim]
+    w = torch.randn(32)
+    torch.testing.assert_close(triton_op("rms_norm")(x, w, 1e-6), rms_norm_mod.rms_norm_ref(x, w, 1e-6))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("rotary_dim", [32, 16])
+def test_rotary(dtype, is_neox, rotary_dim):
+    x = torch.randn(6, 3, 32, dtype=dtype)
+    positions = torch.tensor([0, 5, 9, 1, 63, 2])
+    freqs = torch.arange(64).float()[:, None] * (1.0 / 10000 ** (torch.arange(0, rotary_dim, 2).float() / rotary_dim))
+    cos_sin = torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+    got = triton_op("rotary_embedding")(x, positions, cos_sin, is_neox)
+    want = rotary_mod.rotary_embedding_ref(x, positions, cos_sin, is_neox)
+    torch.testing.assert_close(got, want, atol=2e-3 if dtype == torch.float16 else 1e-6, rtol=1e-3)
+
+
+def test_rotary_reads_a_strided_view_of_qkv():
+    qkv = torch.randn(4, 5, 16)  # q and k heads are the first 4 of 5 (v last), as in the model
+    positions = torch.tensor([3, 1, 0, 7])
+    freqs = torch.arange(8).float()[:, None] * torch.rand(8)[None, :]
+    cos_sin = torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+    view = qkv[:, :4]
+    torch.testing.assert_close(triton_op("rotary_embedding")(view, positions, cos_sin, True),
+                               rotary_mod.rotary_embedding_ref(view, positions, cos_sin, True))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_write_kv_cache_skips_padding_slots(dtype):
+    kv_a = torch.zeros(2, 6, 4, 2, 8, dtype=dtype)
+    kv_b = kv_a.clone()
+    key, value = torch.randn(5, 2, 8, dtype=dtype), torch.randn(5, 2, 8, dtype=dtype)
+    slots = torch.tensor([4, 5, -1, 22, 9])
+    triton_op("write_kv_cache")(key, value, kv_a, slots)
+    kv_mod.write_kv_cache_ref(key, value, kv_b, slots)
+    assert torch.equal(kv_a, kv_b)
+    assert torch.equal(kv_a[0].view(-1, 2, 8)[22], key[3]) and torch.equal(kv_a[1].view(-1, 2, 8)[9], value[4])
