@@ -32,6 +32,22 @@ logger = init_logger(__name__)
 
 
 @dataclass
+class StepTimings:
+    """Wall-clock seconds spent in each part of ``step()``, summed over all steps so far."""
+
+    steps: int = 0
+    schedule: float = 0.0
+    execute: float = 0.0
+    """The worker: input preparation, forward, sampling (waits for the device's sampled ids)."""
+    postprocess: float = 0.0
+    """Scheduler update, detokenization, stop checks, outputs."""
+
+    def as_dict(self) -> dict[str, float]:
+        return {"steps": self.steps, "schedule_s": self.schedule, "execute_s": self.execute,
+                "postprocess_s": self.postprocess}
+
+
+@dataclass
 class EngineStats:
     num_running: int
     num_waiting: int
@@ -40,6 +56,7 @@ class EngineStats:
     prefix_cache_hits: int
     prefix_cache_hit_rate: float
     num_preemptions: int
+    step_timings: StepTimings
 
 
 def _resolve_dtype(requested: str, hf_config: Any, is_gguf: bool, device: torch.device) -> torch.dtype:
@@ -93,6 +110,7 @@ class LLMEngine:
         self._rng = random.Random(config.model.seed)
         self._arrivals = itertools.count()
         self._request_counter = itertools.count()
+        self.step_timings = StepTimings()
         logger.info("engine ready: %s (%s, %s, max_model_len=%d)", model_path, dtype, device, self.max_model_len)
 
     # ---- requests ----------------------------------------------------------------------------
@@ -168,10 +186,13 @@ class LLMEngine:
         """Run one model step; return the outputs of every prompt that got new tokens."""
         if not self.scheduler.has_unfinished_requests():
             return []
+        t0 = time.perf_counter()
         scheduled = self.scheduler.schedule()
         if scheduled.is_empty:
             raise RuntimeError("the scheduler could not schedule any request; this is a bug, please report it")
+        t1 = time.perf_counter()
         result = self.worker.execute_model(scheduled)
+        t2 = time.perf_counter()
         step = self.scheduler.update_from_output(scheduled, result)
         logprobs = dict(zip(result.request_ids, result.logprobs))
         stopped = self.output_processor.process(step.updated, step.new_token_counts, logprobs)
@@ -183,6 +204,11 @@ class LLMEngine:
             if out.finished:
                 self.output_processor.release(parent_id)
             outputs.append(out)
+        timings = self.step_timings
+        timings.steps += 1
+        timings.schedule += t1 - t0
+        timings.execute += t2 - t1
+        timings.postprocess += time.perf_counter() - t2
         return outputs
 
     def stats(self) -> EngineStats:
@@ -195,4 +221,5 @@ class LLMEngine:
             prefix_cache_hits=s.hits,
             prefix_cache_hit_rate=s.hit_rate,
             num_preemptions=self.scheduler.num_preemptions,
+            step_timings=self.step_timings,
         )
