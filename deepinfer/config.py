@@ -47,6 +47,8 @@ class ModelConfig:
     """Seed of the engine's random state; requests without their own seed draw from it."""
     max_logprobs: int = 20
     """Largest SamplingParams.logprobs a request may ask for."""
+    enforce_eager: bool = False
+    """Run every step eagerly; by default decode steps on CUDA replay captured CUDA graphs."""
 
     def __post_init__(self) -> None:
         if self.model is not None and not isinstance(self.model, str):
@@ -58,6 +60,8 @@ class ModelConfig:
         _positive_int("max_model_len", self.max_model_len, optional=True)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise _bad("seed", "an integer", self.seed)
+        if not isinstance(self.enforce_eager, bool):
+            raise _bad("enforce_eager", "a bool", self.enforce_eager)
         if isinstance(self.max_logprobs, bool) or not isinstance(self.max_logprobs, int) or self.max_logprobs < 0:
             raise _bad("max_logprobs", "an integer >= 0", self.max_logprobs)
 

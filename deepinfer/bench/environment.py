@@ -28,8 +28,9 @@ def describe_environment() -> dict[str, Any]:
     import deepinfer
 
     env: dict[str, Any] = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        # The process's own command line; the result's "command" is the equivalent deepinfer command.
+        "argv": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
         "python": platform.python_version(),
         "deepinfer": deepinfer.__version__,
         "torch": torch.__version__,
@@ -38,6 +39,16 @@ def describe_environment() -> dict[str, Any]:
         "cpu_threads": torch.get_num_threads(),
     }
     if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
         env["gpu"] = torch.cuda.get_device_name()
+        env["gpu_count"] = torch.cuda.device_count()
+        env["gpu_memory_gib"] = round(props.total_memory / (1 << 30), 1)
+        env["gpu_compute_capability"] = f"{props.major}.{props.minor}"
         env["cuda"] = torch.version.cuda
+        try:
+            import triton
+
+            env["triton"] = triton.__version__
+        except ImportError:
+            pass
     return env

@@ -1,119 +1,177 @@
-"""``deepinfer bench throughput``: offline generation throughput, with transformers as baseline.
+"""``deepinfer bench throughput``: offline generation, every prompt submitted at once.
 
-Every prompt generates exactly ``output_len`` tokens (EOS ignored) so both engines do the same
-work; the result is output tokens per second of wall time, after a warm-up.
+Every request generates exactly ``output_len`` tokens (EOS ignored) so that both engines do the
+same work. Rates are over the wall time of one ``llm.generate`` call after a short warm-up; the
+latencies come from each request's own timestamps (offline, so TTFT includes queueing).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import torch
+from tqdm import tqdm
 
+from deepinfer import envs
+from deepinfer.bench.args import BenchArgs
+from deepinfer.bench.datasets import load_prompts
 from deepinfer.bench.environment import describe_environment
-from deepinfer.bench.hf_baseline import hf_generate_throughput, load_hf_model
-from deepinfer.bench.prompts import chat_prompt_ids
+from deepinfer.bench.hf_baseline import GenerateTiming, HFModelInfo, hf_generate, hf_warmup, load_hf_model
+from deepinfer.bench.metrics import RequestTimes, StepSplit, Summary
+from deepinfer.bench.report import BenchResult, Roofline, Workload
+from deepinfer.bench.roofline import compute_bound, measure_device
+from deepinfer.bench.session import (ModelFacts, engine_kwargs_for, free_device_memory, open_engine,
+                                     snapshot_timings)
+from deepinfer.sampling_params import SamplingParams
+
+HF_BATCH_SIZE = 128
+"""transformers' default batch: large enough to be its best on a GPU, small enough for its cache."""
+_WARMUP_PROMPTS = 8
+_WARMUP_TOKENS = 16
 
 
 @dataclass
-class ThroughputArgs:
-    model: str | None = None
-    """Model directory or .gguf file; None is the embedded SmolLM2-135M-Instruct."""
-    dtype: str = "auto"
-    """Weight and activation dtype for both engines."""
-    device: str = "auto"
-    """auto, cpu or cuda."""
-    num_prompts: int = 16
-    """Number of chat prompts (real questions through the chat template)."""
-    output_len: int = 128
-    """Tokens generated per prompt."""
-    max_num_seqs: int = 256
-    """deepinfer's limit on requests running at once."""
-    compare_hf: bool = False
-    """Also run transformers ``generate`` on the same prompts in this process."""
-    hf_batch_size: int | None = None
-    """Batch size of the transformers baseline; None puts all prompts in one batch."""
-    repeats: int = 3
-    """Timed runs per engine; the best is reported (the others show the spread)."""
-    output: str | None = None
-    """Write the JSON result here (and a PNG plot next to it)."""
-
-
-@dataclass
-class EngineRun:
-    engine: str
+class ThroughputMetrics:
+    num_requests: int
+    prompt_tokens: int
     output_tokens: int
-    seconds: list[float] = field(default_factory=list)
+    elapsed_s: float
+    requests_per_s: float
+    output_tok_s: float
+    total_tok_s: float
+    """(prompt + output tokens) / elapsed."""
+    ttft_s: Summary
+    tpot_s: Summary
+    """Per request: (finished - first token) / (output tokens - 1)."""
+    e2e_s: Summary
+    num_preemptions: int
+    """Requests that lost their KV cache for lack of room and were recomputed during the run."""
 
-    @property
-    def best_tokens_per_s(self) -> float:
-        return self.output_tokens / min(self.seconds)
+
+@dataclass
+class ThroughputBaseline:
+    engine: str
+    model: HFModelInfo
+    batch_size: int
+    num_requests: int
+    prompt_tokens: int
+    output_tokens: int
+    elapsed_s: float
+    requests_per_s: float
+    output_tok_s: float
+    total_tok_s: float
+    batch_ttft_s: Summary
+    """Time to the first token of each generate() call (its batch's prefill)."""
+    batches: list[GenerateTiming]
 
 
-def run_throughput(args: ThroughputArgs) -> dict[str, Any]:
-    from deepinfer import LLM, SamplingParams
+def measure_throughput(llm, prompts: list[list[int]], warmup: list[list[int]],
+                       output_len: int) -> tuple[ThroughputMetrics, StepSplit]:
+    llm.generate(warmup, SamplingParams(temperature=0, max_tokens=_WARMUP_TOKENS, ignore_eos=True), use_tqdm=False)
+    params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
+    before, preempted = snapshot_timings(llm), llm.stats().num_preemptions
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params, use_tqdm=True)
+    elapsed = time.perf_counter() - start
+    split = StepSplit.between(before, snapshot_timings(llm), elapsed)
+    times = [RequestTimes.of(o) for o in outputs]
+    output_tokens = sum(t.output_tokens for t in times)
+    if output_tokens != len(prompts) * output_len:
+        raise RuntimeError(f"deepinfer generated {output_tokens} tokens, expected {len(prompts) * output_len}")
+    prompt_tokens = sum(len(p) for p in prompts)
+    tpots = [t.tpot for t in times if t.tpot is not None]
+    metrics = ThroughputMetrics(
+        num_requests=len(prompts), prompt_tokens=prompt_tokens, output_tokens=output_tokens, elapsed_s=elapsed,
+        requests_per_s=len(prompts) / elapsed, output_tok_s=output_tokens / elapsed,
+        total_tok_s=(prompt_tokens + output_tokens) / elapsed, ttft_s=Summary.of([t.ttft for t in times]),
+        tpot_s=Summary.of(tpots or [0.0]), e2e_s=Summary.of([t.e2e for t in times]),
+        num_preemptions=llm.stats().num_preemptions - preempted)
+    return metrics, split
 
-    llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
-              max_model_len=1024)
-    prompts = chat_prompt_ids(llm.get_tokenizer(), args.num_prompts)
-    params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
-    llm.generate(prompts[:2], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
-    ours = EngineRun("deepinfer", args.num_prompts * args.output_len)
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        outputs = llm.generate(prompts, params, use_tqdm=False)
-        ours.seconds.append(time.perf_counter() - start)
-        assert sum(len(o.outputs[0].token_ids) for o in outputs) == ours.output_tokens
-    runs = [ours]
+
+def hf_throughput(facts: ModelFacts, prompts: list[list[int]], args: BenchArgs) -> ThroughputBaseline:
+    """transformers on the first hf_num_prompts prompts, in left-padded batches of hf_batch_size."""
+    batch_size = args.hf_batch_size or HF_BATCH_SIZE
+    subset = prompts[:args.hf_num_prompts or len(prompts)]
+    batches = [subset[i:i + batch_size] for i in range(0, len(subset), batch_size)]
+    model, info = load_hf_model(facts)
+    try:
+        hf_warmup(model, subset, facts.pad_token_id)
+        timings = [hf_generate(model, b, args.output_len, facts.pad_token_id)
+                   for b in tqdm(batches, desc="transformers batches", disable=not envs.DEEPINFER_TQDM)]
+    finally:
+        del model
+        free_device_memory(facts.device)
+    elapsed = sum(t.seconds for t in timings)
+    prompt_tokens = sum(t.prompt_tokens for t in timings)
+    output_tokens = sum(t.output_tokens for t in timings)
+    return ThroughputBaseline(
+        engine="transformers generate", model=info, batch_size=batch_size, num_requests=len(subset),
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens, elapsed_s=elapsed,
+        requests_per_s=len(subset) / elapsed, output_tok_s=output_tokens / elapsed,
+        total_tok_s=(prompt_tokens + output_tokens) / elapsed, batch_ttft_s=Summary.of([t.ttft_s for t in timings]),
+        batches=timings)
+
+
+def run_throughput(args: BenchArgs, engine_kwargs: dict[str, Any], command: str) -> BenchResult:
+    warm = min(args.num_prompts, _WARMUP_PROMPTS)
+    # Warm-up prompts come after the timed ones, so the prefix cache holds nothing the timed run uses.
+    pool = load_prompts(args.dataset, args.num_prompts + warm, args.input_len, args.dataset_seed,
+                        engine_kwargs.get("model"), engine_kwargs.get("tokenizer"))
+    prompts, warmup = pool[:args.num_prompts], pool[args.num_prompts:]
+    llm = open_engine(engine_kwargs_for(engine_kwargs, pool, args.output_len))
+    metrics, split = measure_throughput(llm, prompts, warmup, args.output_len)
+    facts = ModelFacts.of(llm)
+    del llm  # the baseline and the roofline's buffers need the device memory the KV cache holds
+    left_gib = free_device_memory(facts.device)
+    result = BenchResult(
+        benchmark="throughput", command=command, args=dataclasses.asdict(args), engine_config=facts.engine_config,
+        engine={**facts.resolved(), "device_memory_after_free_gib": left_gib}, environment=describe_environment(),
+        workload=Workload.of(args.dataset, prompts, args.output_len, args.dataset_seed), metrics=metrics,
+        step_split=split)
+    if args.roofline:
+        rates = measure_device(facts.device)
+        result.roofline = Roofline(rates, compute_bound(facts.stats, rates, [len(p) for p in prompts],
+                                                        args.output_len, metrics.output_tok_s))
     if args.compare_hf:
-        hf = load_hf_model(llm.engine.model_path, llm.engine.dtype, str(llm.engine.device))
-        theirs = EngineRun("transformers generate", 0)
-        for _ in range(args.repeats):
-            r = hf_generate_throughput(hf, prompts, args.output_len, args.hf_batch_size or len(prompts),
-                                       pad_token_id=llm.get_tokenizer().pad_token_id or 0)
-            theirs.output_tokens = r.output_tokens
-            theirs.seconds.append(r.seconds)
-        runs.append(theirs)
-    result = {
-        "benchmark": "throughput",
-        "args": asdict(args),
-        "model": llm.engine.model_path,
-        "dtype": str(llm.engine.dtype).replace("torch.", ""),
-        "device": str(llm.engine.device),
-        "prompt_tokens": [len(p) for p in prompts],
-        "environment": describe_environment(),
-        "runs": [{"engine": r.engine, "output_tokens": r.output_tokens, "seconds": r.seconds,
-                  "best_output_tokens_per_s": r.best_tokens_per_s} for r in runs],
-    }
-    if args.compare_hf:
-        result["speedup_vs_transformers"] = runs[0].best_tokens_per_s / runs[1].best_tokens_per_s
-    if args.output:
-        Path(args.output).write_text(json.dumps(result, indent=2))
-        plot_throughput(result, Path(args.output).with_suffix(".png"))
+        result.baseline = hf_throughput(facts, prompts, args)
+        result.speedup = {"output_tok_s": metrics.output_tok_s / result.baseline.output_tok_s}
+        if result.baseline.num_requests < metrics.num_requests:
+            result.notes.append(f"transformers was timed on the first {result.baseline.num_requests} of "
+                                f"{metrics.num_requests} prompts (independent batches: its tok/s holds for all)")
+        if result.baseline.model.source == "from_config":
+            result.notes.append("transformers ran the same config with its own random init, not deepinfer's "
+                                "dummy weights; timing does not depend on the values")
     return result
 
 
-def plot_throughput(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [r["engine"] for r in result["runs"]]
-    values = [r["best_output_tokens_per_s"] for r in result["runs"]]
-    fig, ax = plt.subplots(figsize=(7.5, 3.2))
-    bars = ax.barh(names, values, color=["#2b6cb0", "#a0aec0"][: len(names)])
-    ax.bar_label(bars, fmt="%.0f tok/s", padding=4)
-    ax.set_xlabel("output tokens / s (higher is better)")
-    env = result["environment"]
-    hardware = env.get("gpu") or f"{env['cpu']}, {env['cpu_threads']} threads"
-    ax.set_title(f"{Path(result['model']).name}, {result['dtype']}, {len(result['prompt_tokens'])} prompts x "
-                 f"{result['args']['output_len']} tokens\n{hardware}, {env['date'][:10]}", fontsize=8)
-    ax.set_xlim(0, max(values) * 1.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def format_throughput(result: BenchResult) -> str:
+    m: ThroughputMetrics = result.metrics
+    w = result.workload
+    lines = [f"throughput: {result.engine['model_path']} ({result.engine['dtype']}, {result.engine['device']}), "
+             f"{m.num_requests} prompts x {w.prompt_len.mean:.0f} tokens in, {w.output_len} out",
+             f"deepinfer: {m.elapsed_s:.2f} s, {m.requests_per_s:.2f} req/s, {m.output_tok_s:.1f} output tok/s, "
+             f"{m.total_tok_s:.1f} total tok/s, {m.num_preemptions} preemptions",
+             f"{'':>10} {'mean':>10} {'p50':>10} {'p90':>10} {'p99':>10}  (ms)"]
+    for name, s in (("TTFT", m.ttft_s), ("TPOT", m.tpot_s), ("E2E", m.e2e_s)):
+        lines.append(f"{name:>10} " + " ".join(f"{v * 1000:10.2f}" for v in (s.mean, s.p50, s.p90, s.p99)))
+    s = result.step_split
+    lines.append(f"step split ({s.steps} steps): schedule {s.schedule_ms_per_step:.3f} ms, execute "
+                 f"{s.execute_ms_per_step:.3f} ms, postprocess {s.postprocess_ms_per_step:.3f} ms per step; "
+                 f"outside steps {s.other_s:.3f} s of {s.wall_s:.3f} s")
+    if result.baseline is not None:
+        b = result.baseline
+        lines.append(f"transformers generate ({b.num_requests} prompts, batch {b.batch_size}, {b.model.source}): "
+                     f"{b.elapsed_s:.2f} s, {b.output_tok_s:.1f} output tok/s, {b.total_tok_s:.1f} total tok/s")
+        lines.append(f"speedup: {result.speedup['output_tok_s']:.2f}x output tok/s")
+    if result.roofline is not None:
+        r, bound = result.roofline.device, result.roofline.bound
+        lines.append(f"roofline: copy {r.copy_bandwidth_gb_s:.0f} GB/s, bf16 matmul {r.bf16_matmul_tflop_s:.1f} "
+                     f"TFLOP/s, fp8 {'n/a' if r.fp8_matmul_tflop_s is None else f'{r.fp8_matmul_tflop_s:.1f}'} "
+                     f"TFLOP/s; compute bound {bound.output_tok_s:.0f} output tok/s ({bound.total_tok_s:.0f} total); "
+                     f"deepinfer at {bound.percent_of_bound:.1f}%")
+    for note in result.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)

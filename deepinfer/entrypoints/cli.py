@@ -87,12 +87,51 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("env", help="list every DEEPINFER_* environment variable with its value")
 
-    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
-    from deepinfer.bench.throughput import ThroughputArgs
-
-    throughput = bench.add_parser("throughput", help="offline generation throughput (optionally vs transformers)")
-    _add_dataclass_flags(throughput, ThroughputArgs, "throughput")
+    bench = sub.add_parser("bench", help="benchmarks (latency, throughput)").add_subparsers(dest="bench",
+                                                                                           required=True)
+    for name, help_text in _BENCH_HELP.items():
+        _add_bench_flags(bench.add_parser(name, help=help_text, description=help_text), name)
     return parser
+
+
+# ---- bench ---------------------------------------------------------------------------------------
+_BENCH_HELP = {
+    "latency": "end-to-end latency, TTFT, TPOT of a batch of requests (optionally vs transformers, roofline)",
+    "throughput": "offline throughput of many prompts submitted at once (optionally vs transformers, roofline)",
+}
+
+
+def _add_bench_flags(parser: argparse.ArgumentParser, benchmark: str) -> None:
+    from deepinfer.bench.args import COMMAND_DEFAULTS, COMMAND_SKIPS, BenchArgs
+
+    # Every engine flag, as `generate` has them; sampling is fixed (greedy, exactly output_len tokens).
+    for cls in _ENGINE_GROUPS:
+        _add_dataclass_flags(parser, cls, f"engine ({cls.__name__})")
+    _add_dataclass_flags(parser, BenchArgs, f"benchmark ({BenchArgs.__name__})", defaults=COMMAND_DEFAULTS[benchmark],
+                         skip=COMMAND_SKIPS[benchmark])
+    parser.set_defaults(bench_parser=parser)
+
+
+def _bench_command_line(args: argparse.Namespace) -> str:
+    """A command line that repeats this run: the subcommand and every flag whose value is not its
+    default (the literal argv is not passed down to here; this is equivalent and canonical)."""
+    import shlex
+
+    words = ["deepinfer", "bench", args.bench]
+    for action in args.bench_parser._actions:
+        if not action.option_strings or action.dest in ("help", "bench_parser"):
+            continue
+        value = getattr(args, action.dest, None)
+        if value == action.default:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse.BooleanOptionalAction):
+            words.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list):
+            words += [flag, *map(str, value)]
+        else:
+            words += [flag, str(value)]
+    return shlex.join(words)
 
 
 def _make_llm(args: argparse.Namespace):
@@ -165,16 +204,20 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from deepinfer.bench.throughput import ThroughputArgs, run_throughput
+    from deepinfer.bench.args import BenchArgs
+    from deepinfer.bench.latency import format_latency, run_latency
+    from deepinfer.bench.report import write_result
+    from deepinfer.bench.throughput import format_throughput, run_throughput
 
-    result = run_throughput(ThroughputArgs(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ThroughputArgs)}))
-    for run in result["runs"]:
-        spread = ", ".join(f"{s:.2f}" for s in run["seconds"])
-        print(f"{run['engine']:>24}: {run['best_output_tokens_per_s']:8.1f} output tok/s  (runs: {spread} s)")
-    if "speedup_vs_transformers" in result:
-        print(f"{'speedup':>24}: {result['speedup_vs_transformers']:.2f}x")
-    if args.output:
-        print(f"wrote {args.output} and {args.output.rsplit('.', 1)[0]}.png")
+    run, describe = {"latency": (run_latency, format_latency),
+                     "throughput": (run_throughput, format_throughput)}[args.bench]
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchArgs) if hasattr(args, f.name)}
+    bench_args = BenchArgs.for_command(args.bench, **given)
+    result = run(bench_args, _engine_kwargs(args), _bench_command_line(args))
+    print(describe(result))
+    if bench_args.output:
+        png = write_result(result, bench_args.output)
+        print(f"wrote {bench_args.output} and {png}")
     return 0
 
 

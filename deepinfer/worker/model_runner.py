@@ -16,6 +16,7 @@ from deepinfer.layers.attention import AttentionBackend, AttentionBatch
 from deepinfer.layers.sampler import RowPenalties, Sampler, SamplerOutput, SamplingBatch
 from deepinfer.sampling_params import SamplingParams
 from deepinfer.worker.cache_engine import CacheEngine
+from deepinfer.worker.cuda_graph import CUDAGraphRunner
 from deepinfer.worker.protocol import ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprobs
 
 
@@ -80,6 +81,8 @@ class ModelRunner:
         self.eos_token_ids = eos_token_ids
         self.sampler = Sampler(device)
         self.requests: dict[str, RunnerRequest] = {}
+        self.graph_runner: CUDAGraphRunner | None = None
+        """Set by the worker when decode steps run as CUDA graphs."""
 
     # ---- state -------------------------------------------------------------------------------
     def _update_states(self, scheduled: SchedulerOutput) -> None:
@@ -106,23 +109,36 @@ class ModelRunner:
         states = [self.requests[rid] for rid in order]
         counts = np.array([grants[rid] for rid in order], dtype=np.int64)
         input_ids, positions, batch = self._prepare_inputs(states, counts)
-        metadata = self.attn_backend.build_metadata(batch, self.cache_engine.kv_caches, self.device)
-        hidden = self.model(input_ids, positions, metadata)
-
         # Only requests whose every known token is now computed produce a token; a partial
         # prefill chunk does not.
         sampling = [i for i, s in enumerate(states) if s.num_computed_tokens + counts[i] == len(s.token_ids)]
         for state, count in zip(states, counts):
             state.num_computed_tokens += int(count)
+        logits = self._forward(input_ids, positions, batch, sampling)  # runs even if nothing samples: it writes KV
         sampled_per_request: list[list[int]] = [[] for _ in states]
         logprobs: list[TokenLogprobs | None] = [None] * len(states)
         if sampling:
-            last_token_rows = torch.from_numpy(batch.query_start_loc[1:][sampling] - 1).to(self.device)
-            logits = self.model.compute_logits(hidden[last_token_rows])
             sampling_states = [states[i] for i in sampling]
             result = self.sampler(logits, self._sampling_batch(sampling_states))
             self._collect(result, sampling, sampling_states, sampled_per_request, logprobs)
         return ModelRunnerOutput(order, sampled_per_request, logprobs)
+
+    def _forward(self, input_ids: np.ndarray, positions: np.ndarray, batch: AttentionBatch,
+                 sampling: list[int]) -> torch.Tensor | None:
+        """Run the model on the batch (writing its KV); return the logits at the last new token
+        of each sampling request, or None if no request samples."""
+        if self.graph_runner is not None and self.graph_runner.can_run(batch):
+            logits = self.graph_runner.run(input_ids, positions, batch)
+            if len(sampling) == batch.num_requests:
+                return logits
+            return logits[torch.tensor(sampling, device=self.device)] if sampling else None
+        metadata = self.attn_backend.build_metadata(batch, self.cache_engine.kv_caches, self.device)
+        hidden = self.model(torch.from_numpy(input_ids).to(self.device), torch.from_numpy(positions).to(self.device),
+                            metadata)
+        if not sampling:
+            return None
+        last_token_rows = torch.from_numpy(batch.query_start_loc[1:][sampling] - 1).to(self.device)
+        return self.model.compute_logits(hidden[last_token_rows])
 
     def _prepare_inputs(self, states: list[RunnerRequest], counts: np.ndarray):
         bs = self.block_size
@@ -142,11 +158,7 @@ class ModelRunner:
             num_decodes=int(np.count_nonzero(counts == 1)),
             block_size=bs,
         )
-        return (
-            torch.from_numpy(input_ids.astype(np.int64)).to(self.device),
-            torch.from_numpy(positions).to(self.device),
-            batch,
-        )
+        return input_ids.astype(np.int64), positions, batch
 
     def _sampling_batch(self, states: list[RunnerRequest]) -> SamplingBatch:
         params = [s.sampling_params for s in states]

@@ -17,6 +17,7 @@ from deepinfer.logger import init_logger
 from deepinfer.models.checkpoint import Checkpoint
 from deepinfer.models.registry import resolve_model_class
 from deepinfer.worker.cache_engine import CacheEngine
+from deepinfer.worker.cuda_graph import CUDAGraphRunner
 from deepinfer.worker.model_runner import ModelRunner
 from deepinfer.worker.protocol import ModelRunnerOutput, SchedulerOutput
 
@@ -66,6 +67,12 @@ class Worker:
                                         self.block_size, arch.num_kv_heads, arch.head_dim, spec.dtype, self.device)
         self.runner = ModelRunner(self.model, self.cache_engine, self.attn_backend, self.block_size,
                                   self.device, spec.eos_token_ids)
+        if self.device.type == "cuda" and not config.model.enforce_eager:
+            graphs = CUDAGraphRunner(self.model, self.attn_backend, self.cache_engine.kv_caches,
+                                     config.scheduler.max_num_seqs, -(-spec.max_model_len // self.block_size),
+                                     self.device)
+            graphs.capture()
+            self.runner.graph_runner = graphs
 
     def _load_model(self, checkpoint: Checkpoint) -> torch.nn.Module:
         model_cls = resolve_model_class(self.spec.hf_config)

@@ -64,6 +64,11 @@ class AttentionBackend(ABC):
         """Move the batch layout to the device in this backend's form."""
 
     @abstractmethod
+    def graph_metadata(self, kv_caches: list[torch.Tensor], slot_mapping: torch.Tensor, block_tables: torch.Tensor,
+                       seq_lens: torch.Tensor) -> AttentionMetadata:
+        """Metadata of a pure-decode batch whose tensors are a CUDA graph's static input buffers."""
+
+    @abstractmethod
     def forward(
         self, layer: "Attention", q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata
     ) -> torch.Tensor:

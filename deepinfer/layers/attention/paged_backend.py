@@ -9,6 +9,8 @@ and to the torch references on CPU.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -17,24 +19,37 @@ from deepinfer.layers.attention.backend import AttentionBackend, AttentionBatch,
 from deepinfer.layers.attention.layer import Attention
 
 
+@dataclass
 class PagedAttentionMetadata(AttentionMetadata):
-    def __init__(self, backend: "PagedAttentionBackend", kv_caches: list[torch.Tensor], batch: AttentionBatch,
-                 device: torch.device) -> None:
-        self.backend = backend
-        self.kv_caches = kv_caches
-        nd = batch.num_decodes
-        width = max((len(t) for t in batch.block_tables), default=0)
-        tables = np.zeros((batch.num_requests, width), dtype=np.int32)
-        for i, blocks in enumerate(batch.block_tables):
-            tables[i, : len(blocks)] = blocks
-        self.num_decodes = nd
-        self.num_decode_tokens = int(batch.query_start_loc[nd])
-        self.slot_mapping = torch.from_numpy(batch.slot_mapping).to(device, torch.long)
-        self.block_tables = torch.from_numpy(tables).to(device)
-        self.seq_lens = torch.from_numpy(batch.seq_lens.astype(np.int32)).to(device)
-        prefill_starts = batch.query_start_loc[nd:] - batch.query_start_loc[nd]
-        self.prefill_query_start_loc = torch.from_numpy(prefill_starts.astype(np.int32)).to(device)
-        self.max_prefill_query_len = int(np.diff(prefill_starts).max()) if len(prefill_starts) > 1 else 0
+    backend: "PagedAttentionBackend"
+    kv_caches: list[torch.Tensor]
+    slot_mapping: torch.Tensor
+    """[T] long; negative for padding tokens (not written)."""
+    block_tables: torch.Tensor
+    """[B, width] int32."""
+    seq_lens: torch.Tensor
+    """[B] int32; 0 for padding rows."""
+    num_decodes: int
+    """The first num_decodes requests have one query token each."""
+    prefill_query_start_loc: torch.Tensor
+    """[num_prefills + 1] int32, relative to the first prefill token."""
+    max_prefill_query_len: int
+
+    def __post_init__(self) -> None:
+        # Sliced once per step, not once per layer: the CPU references memoize per-step work on
+        # the identity of these tensors.
+        nd = self.num_decodes
+        self.decode_block_tables, self.prefill_block_tables = self.block_tables[:nd], self.block_tables[nd:]
+        self.decode_seq_lens, self.prefill_seq_lens = self.seq_lens[:nd], self.seq_lens[nd:]
+
+
+def block_table_array(block_tables: list[list[int]], width: int | None = None) -> np.ndarray:
+    """Block tables padded with the null block 0 to a [B, width] int32 array."""
+    width = max((len(t) for t in block_tables), default=0) if width is None else width
+    table = np.zeros((len(block_tables), width), dtype=np.int32)
+    for i, blocks in enumerate(block_tables):
+        table[i, : len(blocks)] = blocks
+    return table
 
 
 class PagedAttentionBackend(AttentionBackend):
@@ -46,21 +61,41 @@ class PagedAttentionBackend(AttentionBackend):
 
     def build_metadata(self, batch: AttentionBatch, kv_caches: list[torch.Tensor],
                        device: torch.device) -> PagedAttentionMetadata:
-        return PagedAttentionMetadata(self, kv_caches, batch, device)
+        nd = batch.num_decodes
+        prefill_starts = batch.query_start_loc[nd:] - batch.query_start_loc[nd]
+        return PagedAttentionMetadata(
+            backend=self,
+            kv_caches=kv_caches,
+            slot_mapping=torch.from_numpy(batch.slot_mapping).to(device, torch.long),
+            block_tables=torch.from_numpy(block_table_array(batch.block_tables)).to(device),
+            seq_lens=torch.from_numpy(batch.seq_lens.astype(np.int32)).to(device),
+            num_decodes=nd,
+            prefill_query_start_loc=torch.from_numpy(prefill_starts.astype(np.int32)).to(device),
+            max_prefill_query_len=int(np.diff(prefill_starts).max()) if len(prefill_starts) > 1 else 0,
+        )
+
+    def graph_metadata(self, kv_caches: list[torch.Tensor], slot_mapping: torch.Tensor, block_tables: torch.Tensor,
+                       seq_lens: torch.Tensor) -> PagedAttentionMetadata:
+        return PagedAttentionMetadata(
+            backend=self, kv_caches=kv_caches, slot_mapping=slot_mapping, block_tables=block_tables,
+            seq_lens=seq_lens, num_decodes=len(seq_lens),
+            prefill_query_start_loc=torch.zeros(1, dtype=torch.int32, device=seq_lens.device),
+            max_prefill_query_len=0,
+        )
 
     def forward(self, layer: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 metadata: PagedAttentionMetadata) -> torch.Tensor:
         cache = metadata.kv_caches[layer.kv_cache_index]
         ops.write_kv_cache(k, v, cache, metadata.slot_mapping)
-        nd, nt = metadata.num_decodes, metadata.num_decode_tokens
+        nd = metadata.num_decodes
         decode_out = prefill_out = None
         if nd:
-            decode_out = ops.paged_decode_attention(q[:nt], cache, metadata.block_tables[:nd], metadata.seq_lens[:nd],
-                                                    layer.scale, layer.sliding_window)
-        if nt < q.shape[0]:
+            decode_out = ops.paged_decode_attention(q[:nd], cache, metadata.decode_block_tables,
+                                                    metadata.decode_seq_lens, layer.scale, layer.sliding_window)
+        if nd < q.shape[0]:
             prefill_out = ops.paged_prefill_attention(
-                q[nt:], cache, metadata.block_tables[nd:], metadata.prefill_query_start_loc, metadata.seq_lens[nd:],
-                metadata.max_prefill_query_len, layer.scale, layer.sliding_window,
+                q[nd:], cache, metadata.prefill_block_tables, metadata.prefill_query_start_loc,
+                metadata.prefill_seq_lens, metadata.max_prefill_query_len, layer.scale, layer.sliding_window,
             )
         if prefill_out is None:
             return decode_out

@@ -298,8 +298,30 @@ def _check_and_unpack(query: torch.Tensor, kv_cache: torch.Tensor):
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
-    # float32 inputs are the accuracy path (tests, fp32 models): no TF32 rounding of q.k or p.v.
-    return "ieee" if dtype == torch.float32 else "tf32"
+    # float32 inputs are the accuracy path (tests, fp32 models). Plain TF32 would round q.k to
+    # ~1e-3; "ieee" runs on CUDA cores and spills badly; tf32x3 (three TF32 products) keeps
+    # near-float32 accuracy on the tensor cores.
+    return "tf32x3" if dtype == torch.float32 else "tf32"
+
+
+def _key_tile(block_n: int, head_dim: int, dtype: torch.dtype) -> int:
+    """Halve the key tile for wide rows (head_dim 256 in 16-bit, >= 128 in float32), whose K/V
+    tiles would otherwise overflow registers and shared memory."""
+    row_bytes = head_dim * (4 if dtype == torch.float32 else 2)
+    return max(16, block_n // 2) if row_bytes > 256 else block_n
+
+
+def _decode_config(head_dim: int, dtype: torch.dtype, split_size: int) -> tuple[int, int, int]:
+    """(keys per tile, num_warps, num_stages) of the split kernel."""
+    block_n = min(_key_tile(DECODE_BLOCK_N, head_dim, dtype), split_size)
+    return block_n, 4, 3
+
+
+def _prefill_config(head_dim: int, dtype: torch.dtype, group_pad: int) -> tuple[int, int, int, int]:
+    """(query tokens per program, keys per tile, num_warps, num_stages). Rows per program are
+    tokens x padded group, at least 16 for tl.dot."""
+    block_q = max(PREFILL_BLOCK_M // group_pad, 1, 16 // group_pad)
+    return block_q, _key_tile(PREFILL_BLOCK_N, head_dim, dtype), 4, 2
 
 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
@@ -313,7 +335,7 @@ def paged_decode_attention(query: torch.Tensor, kv_cache: torch.Tensor, block_ta
     key_cache, value_cache, (s_blk, s_tok, s_head), group = _check_and_unpack(query, kv_cache)
     kv_heads, block_size = kv_cache.shape[3], kv_cache.shape[2]
     split_size = DECODE_SPLIT_SIZE
-    block_n = min(DECODE_BLOCK_N, split_size)
+    block_n, num_warps, num_stages = _decode_config(head_dim, query.dtype, split_size)
     if split_size % block_n:
         raise ValueError(f"DECODE_SPLIT_SIZE {split_size} is not a multiple of the tile size {block_n}")
     # Shapes only: a CUDA graph captured at one batch size replays with any seq_lens.
@@ -336,7 +358,7 @@ def paged_decode_attention(query: torch.Tensor, kv_cache: torch.Tensor, block_ta
         s_blk, s_tok, s_head,
         GROUP=group, BLOCK_H=max(DECODE_MIN_ROWS, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, SPLIT_SIZE=split_size, BLOCK_N=block_n, USE_WINDOW=use_window,
-        DOT_PRECISION=_dot_precision(query.dtype), num_warps=4, num_stages=2)
+        DOT_PRECISION=_dot_precision(query.dtype), num_warps=num_warps, num_stages=num_stages)
     _decode_combine_kernel[(batch, heads)](
         part_out, part_lse, seq_lens, out, window, num_splits, out.stride(0), out.stride(1),
         HEAD_DIM=head_dim, SPLIT_SIZE=split_size, CHUNK=DECODE_COMBINE_CHUNK, USE_WINDOW=use_window, num_warps=4)
@@ -356,8 +378,7 @@ def paged_prefill_attention(query: torch.Tensor, kv_cache: torch.Tensor, block_t
     query = _last_dim_contiguous(query)
     block_tables = _last_dim_contiguous(block_tables)
     group_pad = triton.next_power_of_2(group)
-    # Rows = tokens x padded group; at least 16 rows for tl.dot.
-    block_q = max(PREFILL_BLOCK_M // group_pad, 1, 16 // group_pad)
+    block_q, block_n, num_warps, num_stages = _prefill_config(head_dim, query.dtype, group_pad)
     use_window = sliding_window is not None
 
     grid = (triton.cdiv(max_query_len, block_q), kv_heads, batch)
@@ -366,6 +387,6 @@ def paged_prefill_attention(query: torch.Tensor, kv_cache: torch.Tensor, block_t
         scale * _LOG2E, sliding_window if use_window else 0,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1), block_tables.stride(0), s_blk, s_tok, s_head,
         GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
-        BLOCK_N=PREFILL_BLOCK_N, USE_WINDOW=use_window, DOT_PRECISION=_dot_precision(query.dtype),
-        num_warps=4, num_stages=2)
+        BLOCK_N=block_n, USE_WINDOW=use_window, DOT_PRECISION=_dot_precision(query.dtype),
+        num_warps=num_warps, num_stages=num_stages)
     return out
