@@ -13,6 +13,7 @@ from typing import Any
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOAD_FORMATS = ("auto", "dummy")
+QUANTIZATIONS = (None, "fp8")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -47,6 +48,10 @@ class ModelConfig:
     """Seed of the engine's random state; requests without their own seed draw from it."""
     max_logprobs: int = 20
     """Largest SamplingParams.logprobs a request may ask for."""
+    quantization: str | None = None
+    """fp8: linear weights in FP8 (e4m3) with a scale per output channel, activations quantized per
+    token (a bf16 checkpoint is quantized as it loads). None: the checkpoint's own format (fp8 for
+    a block-scaled FP8 checkpoint)."""
     enforce_eager: bool = False
     """Run every step eagerly; by default decode steps on CUDA replay captured CUDA graphs."""
 
@@ -60,6 +65,8 @@ class ModelConfig:
         _positive_int("max_model_len", self.max_model_len, optional=True)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise _bad("seed", "an integer", self.seed)
+        if self.quantization not in QUANTIZATIONS:
+            raise _bad("quantization", "None or fp8", self.quantization)
         if not isinstance(self.enforce_eager, bool):
             raise _bad("enforce_eager", "a bool", self.enforce_eager)
         if isinstance(self.max_logprobs, bool) or not isinstance(self.max_logprobs, int) or self.max_logprobs < 0:

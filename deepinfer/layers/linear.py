@@ -43,7 +43,12 @@ class OneDNNPackedLinearMethod(LinearMethod):
                 and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
-def choose_linear_method(weight: torch.Tensor, bias: torch.Tensor | None) -> LinearMethod:
+def choose_linear_method(weight: torch.Tensor, bias: torch.Tensor | None,
+                         quantization: str | None = None) -> LinearMethod:
+    if quantization == "fp8":
+        from deepinfer.layers.quantization.fp8 import FP8RowwiseLinearMethod
+
+        return FP8RowwiseLinearMethod(weight, bias)
     method = OneDNNPackedLinearMethod if OneDNNPackedLinearMethod.applies_to(weight) else LinearMethod
     return method(weight, bias)
 
@@ -70,8 +75,18 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out, dtype=dtype), requires_grad=False) if bias else None
         self.method: LinearMethod | None = None
 
-    def process_weights_after_loading(self) -> None:
-        self.method = choose_linear_method(self.weight, self.bias)
+    def process_weights_after_loading(self, quantization: str | None = None) -> None:
+        self.method = choose_linear_method(self.weight, self.bias, quantization)
+        if self.method.weight is not self.weight:
+            # The method keeps its own copy (packed or quantized): free the checkpoint-format one.
+            self.weight.data = torch.empty(0, dtype=self.weight.dtype, device=self.weight.device)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes a forward pass reads for the weight in its run-time form."""
+        w = self.method.weight if self.method is not None else self.weight
+        extra = getattr(self.method, "weight_scale", None)
+        return w.numel() * w.element_size() + (extra.numel() * extra.element_size() if extra is not None else 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.method is None:
@@ -83,8 +98,11 @@ class Linear(nn.Module):
         return slice(start, start + self.output_sizes[shard])
 
 
-def process_weights_after_loading(model: nn.Module) -> None:
-    """Let every layer turn its loaded checkpoint weights into its run-time form."""
+def process_weights_after_loading(model: nn.Module, quantization: str | None = None) -> None:
+    """Turn every linear layer's loaded checkpoint weights into their run-time form
+    (``quantization`` applies to the Linear layers, not to the LM head)."""
     for module in model.modules():
-        if module is not model and hasattr(module, "process_weights_after_loading"):
+        if isinstance(module, Linear):
+            module.process_weights_after_loading(quantization)
+        elif module is not model and hasattr(module, "process_weights_after_loading"):
             module.process_weights_after_loading()

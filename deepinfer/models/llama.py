@@ -18,7 +18,7 @@ from deepinfer.layers.embedding import LMHead, VocabEmbedding
 from deepinfer.layers.linear import Linear
 from deepinfer.layers.norm import RMSNorm
 from deepinfer.layers.rotary import RopeSpec, RotaryEmbedding
-from deepinfer.models.weights import WeightLoader
+from deepinfer.models.weights import WeightLoader, fp8_block_size
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,7 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, hf_config: Any, dtype: torch.dtype) -> None:
         super().__init__()
         self.arch = arch = LlamaArch.from_hf_config(hf_config)
+        self.fp8_block = fp8_block_size(hf_config)
         self.embed_tokens = VocabEmbedding(arch.vocab_size, arch.hidden_size, dtype)
         self.rotary = RotaryEmbedding(arch.rope)
         self.layers = nn.ModuleList(LlamaDecoderLayer(arch, i, self.rotary, dtype) for i in range(arch.num_layers))
@@ -172,7 +173,7 @@ class LlamaForCausalLM(nn.Module):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         loader = WeightLoader(self, fused_modules=self.fused_modules, prefix_map={"model.": ""},
-                              ignored=("rotary_emb.inv_freq",))
+                              ignored=("rotary_emb.inv_freq",), fp8_block=self.fp8_block)
         if self.arch.tie_word_embeddings:
             loader.ignore("lm_head.weight")  # the embedding is the head
         loader.load(weights)

@@ -7,12 +7,33 @@ end reports every parameter the checkpoint did not provide.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 from torch import nn
 
 from deepinfer.layers.linear import Linear
+
+
+def checkpoint_quantization(hf_config: Any) -> str | None:
+    """"fp8" for a block-scaled FP8 checkpoint (quantization_config with quant_method fp8), else None."""
+    qc = getattr(hf_config, "quantization_config", None)
+    if qc is None:
+        return None
+    method = qc.get("quant_method") if isinstance(qc, dict) else getattr(qc, "quant_method", None)
+    if method == "fp8":
+        return "fp8"
+    raise ValueError(f"checkpoint quantization {method!r} is not supported (supported: fp8 block-scaled)")
+
+
+def fp8_block_size(hf_config: Any) -> tuple[int, int] | None:
+    if checkpoint_quantization(hf_config) != "fp8":
+        return None
+    qc = hf_config.quantization_config
+    block = qc.get("weight_block_size") if isinstance(qc, dict) else getattr(qc, "weight_block_size", None)
+    if not block or len(block) != 2:
+        raise ValueError("an FP8 checkpoint needs quantization_config.weight_block_size, e.g. [128, 128]")
+    return int(block[0]), int(block[1])
 
 
 class WeightLoader:
@@ -22,6 +43,7 @@ class WeightLoader:
         fused_modules: dict[str, tuple[str, int]],
         prefix_map: dict[str, str],
         ignored: tuple[str, ...] = (),
+        fp8_block: tuple[int, int] | None = None,
     ) -> None:
         self.model = model
         self.fused_modules = fused_modules
@@ -30,6 +52,8 @@ class WeightLoader:
         self.ignored_names: set[str] = set()
         self.params = dict(model.named_parameters())
         self.modules = dict(model.named_modules())
+        self.fp8_block = fp8_block
+        """Block shape of a block-scaled FP8 checkpoint (its weights arrive with ``weight_scale_inv``)."""
 
     def ignore(self, checkpoint_name: str) -> None:
         self.ignored_names.add(checkpoint_name)
@@ -63,11 +87,35 @@ class WeightLoader:
                 expected[(pname, None)] = pname
         return expected
 
+    def _dequantized_fp8(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterable[tuple[str, torch.Tensor]]:
+        """Pair each block-scaled e4m3 weight with its ``weight_scale_inv`` and yield it dequantized."""
+        from deepinfer.layers.quantization.fp8 import FP8_DTYPE, dequantize_blocks
+
+        pending_weights: dict[str, torch.Tensor] = {}
+        pending_scales: dict[str, torch.Tensor] = {}
+        for name, tensor in weights:
+            if name.endswith(".weight_scale_inv"):
+                base = name[: -len("_scale_inv")]
+                pending_scales[base] = tensor
+            elif tensor.dtype == FP8_DTYPE:
+                base = name
+                pending_weights[base] = tensor
+            else:
+                yield name, tensor
+                continue
+            if base in pending_weights and base in pending_scales:
+                if self.fp8_block is None:
+                    raise ValueError(f"checkpoint tensor {base!r} is FP8 but config.json has no fp8 quantization_config")
+                yield base, dequantize_blocks(pending_weights.pop(base), pending_scales.pop(base), self.fp8_block)
+        unpaired = sorted(set(pending_weights) ^ set(pending_scales))
+        if unpaired:
+            raise ValueError(f"FP8 checkpoint tensor(s) without their weight/weight_scale_inv partner: {unpaired[:4]}")
+
     def load(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         expected = self._expected()
         loaded: set[tuple[str, int | None]] = set()
         cls = type(self.model).__name__
-        for name, tensor in weights:
+        for name, tensor in self._dequantized_fp8(weights):
             if name in self.ignored_names or name.endswith(self.ignored_suffixes):
                 continue
             target, shard = self._target(name)

@@ -16,6 +16,7 @@ from deepinfer.layers.linear import process_weights_after_loading
 from deepinfer.logger import init_logger
 from deepinfer.models.checkpoint import Checkpoint
 from deepinfer.models.registry import resolve_model_class
+from deepinfer.models.weights import checkpoint_quantization
 from deepinfer.worker.cache_engine import CacheEngine
 from deepinfer.worker.cuda_graph import CUDAGraphRunner
 from deepinfer.worker.model_runner import ModelRunner
@@ -85,7 +86,7 @@ class Worker:
             if envs.DEEPINFER_TQDM:
                 weights = tqdm(weights, desc="Loading weights", unit=" tensors", leave=False)
             model.load_weights(weights)
-        process_weights_after_loading(model)
+        process_weights_after_loading(model, self.config.model.quantization or checkpoint_quantization(self.spec.hf_config))
         return model.eval()
 
     def _decide_num_blocks(self, num_kv_heads: int, head_dim: int) -> int:
