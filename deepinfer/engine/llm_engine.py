@@ -142,7 +142,9 @@ class LLMEngine:
             raise ValueError(f"SamplingParams.stop_token_ids has {bad[0]}, outside the vocabulary [0, {self.vocab_size})")
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    prompt: str | None = None) -> None:
+                    prompt: str | None = None, stream: bool = False) -> None:
+        """Queue a request. ``stream``: ``step()`` reports it after every step that adds tokens;
+        otherwise only once, when it finishes (building outputs every step costs O(length))."""
         if request_id in self.output_processor.parents:
             raise ValueError(f"request id {request_id!r} is already in use")
         self.validate_request(prompt_token_ids, params)
@@ -164,7 +166,7 @@ class LLMEngine:
             )
             for i in range(params.n)
         ]
-        self.output_processor.add(request_id, prompt, samples)
+        self.output_processor.add(request_id, prompt, samples, stream)
         for req in samples:
             self.scheduler.add_request(req)
 
@@ -183,7 +185,8 @@ class LLMEngine:
 
     # ---- the step ----------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Run one model step; return the outputs of every prompt that got new tokens."""
+        """Run one model step; return the outputs of the prompts it finished, and of streamed
+        prompts that got new tokens."""
         if not self.scheduler.has_unfinished_requests():
             return []
         t0 = time.perf_counter()
@@ -199,10 +202,12 @@ class LLMEngine:
         if stopped:
             self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
         outputs = []
-        for parent_id in dict.fromkeys(self.output_processor.parent_of(r.request_id) for r in step.updated):
-            out = self.output_processor.make_output(parent_id)
+        for parent in dict.fromkeys(self.output_processor.parent_of(r.request_id) for r in step.updated):
+            if not (parent.finished or parent.stream):
+                continue
+            out = self.output_processor.make_output(parent.request_id)
             if out.finished:
-                self.output_processor.release(parent_id)
+                self.output_processor.release(parent.request_id)
             outputs.append(out)
         timings = self.step_timings
         timings.steps += 1

@@ -69,7 +69,7 @@ class SampleState:
                                 list(self.logprobs) if self.logprobs is not None else None)
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity
 class ParentState:
     """One user request (a prompt with n samples)."""
 
@@ -78,6 +78,7 @@ class ParentState:
     prompt_token_ids: list[int]
     samples: list[SampleState]
     requests: list[Request]
+    stream: bool = False
 
     @property
     def finished(self) -> bool:
@@ -90,9 +91,9 @@ class OutputProcessor:
         self.parents: dict[str, ParentState] = {}
         self._sample_of: dict[str, tuple[ParentState, SampleState]] = {}
 
-    def add(self, request_id: str, prompt: str | None, requests: list[Request]) -> None:
+    def add(self, request_id: str, prompt: str | None, requests: list[Request], stream: bool = False) -> None:
         samples = []
-        parent = ParentState(request_id, prompt, requests[0].prompt_token_ids, samples, requests)
+        parent = ParentState(request_id, prompt, requests[0].prompt_token_ids, samples, requests, stream)
         for req in requests:
             p = req.sampling_params
             detokenizer = None if self.tokenizer is None else IncrementalDetokenizer(
@@ -179,8 +180,8 @@ class OutputProcessor:
             num_cached_tokens=first.num_cached_tokens,
         )
 
-    def parent_of(self, request_id: str) -> str:
-        return self._sample_of[request_id][0].request_id
+    def parent_of(self, request_id: str) -> ParentState:
+        return self._sample_of[request_id][0]
 
     def release(self, parent_id: str) -> None:
         parent = self.parents.pop(parent_id)

@@ -91,7 +91,7 @@ class LLM:
         engine = self.engine
         engine.validate_request(token_ids, params)
         rid = engine.new_request_id()
-        engine.add_request(rid, token_ids, params, prompt=text)
+        engine.add_request(rid, token_ids, params, prompt=text, stream=True)
         finished = False
         try:
             while not finished:

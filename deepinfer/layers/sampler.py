@@ -32,12 +32,6 @@ class RowPenalties:
 class SamplingBatch:
     """Per-row sampling parameters of one step, already on the logits' device."""
 
-    temperature: torch.Tensor
-    """[B] float; 0 for greedy rows."""
-    top_k: torch.Tensor
-    """[B] long; 0 = off."""
-    top_p: torch.Tensor
-    min_p: torch.Tensor
     seeds: list[int | None]
     """Per row: the seed of this row's noise (see ``row_seed``), None for greedy rows."""
     penalties: dict[int, RowPenalties]
@@ -45,6 +39,12 @@ class SamplingBatch:
     """Row -> token ids that may not be sampled yet (EOS / stop tokens before min_tokens)."""
     num_logprobs: int | None
     """Top-N log-probabilities to return, None when no row asked for them."""
+    temperature: torch.Tensor | None = None
+    """[B] float; 0 for greedy rows. The four truncation tensors are None when every row is greedy."""
+    top_k: torch.Tensor | None = None
+    """[B] long; 0 = off."""
+    top_p: torch.Tensor | None = None
+    min_p: torch.Tensor | None = None
 
     @property
     def all_greedy(self) -> bool:

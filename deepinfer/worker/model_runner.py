@@ -180,16 +180,18 @@ class ModelRunner:
                 if stops:
                     suppressed[row] = sorted(stops)
         wanted = [p.logprobs for p in params if p.logprobs is not None]
-        return SamplingBatch(
-            temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev),
-            top_k=torch.tensor([p.top_k for p in params], dtype=torch.long, device=dev),
-            top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=dev),
-            min_p=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=dev),
+        batch = SamplingBatch(
             seeds=[None if p.greedy else row_seed(s.sampling_seed, s.num_output_tokens) for s, p in zip(states, params)],
             penalties=penalties,
             suppressed=suppressed,
             num_logprobs=max(wanted) if wanted else None,
         )
+        if not batch.all_greedy:
+            batch.temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev)
+            batch.top_k = torch.tensor([p.top_k for p in params], dtype=torch.long, device=dev)
+            batch.top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=dev)
+            batch.min_p = torch.tensor([p.min_p for p in params], dtype=torch.float32, device=dev)
+        return batch
 
     @staticmethod
     def _collect(result: SamplerOutput, rows: list[int], states: list[RunnerRequest],

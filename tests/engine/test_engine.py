@@ -19,13 +19,18 @@ def test_idle_step_returns_immediately_without_running_the_model(tiny_llama, mon
 
 def test_step_outputs_grow_until_finished(tiny_llama):
     engine = LLMEngine(EngineConfig.from_kwargs(model=tiny_llama, max_model_len=64))
-    engine.add_request("r", [5, 6, 7], SamplingParams(temperature=0, max_tokens=4))
-    lengths, finished = [], False
+    engine.add_request("r", [5, 6, 7], SamplingParams(temperature=0, max_tokens=4), stream=True)
+    engine.add_request("quiet", [5, 6, 7], SamplingParams(temperature=0, max_tokens=4))
+    lengths, finished, quiet = [], False, []
     while engine.has_unfinished_requests():
         for out in engine.step():
+            if out.request_id == "quiet":
+                quiet.append(out)
+                continue
             lengths.append(len(out.outputs[0].token_ids))
             finished = out.finished
     assert lengths == [1, 2, 3, 4] and finished
+    assert len(quiet) == 1 and quiet[0].finished, "a request that does not stream is reported once, finished"
     assert engine.stats().kv_cache_usage == 0.0
 
 

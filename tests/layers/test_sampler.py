@@ -11,14 +11,14 @@ from deepinfer.worker.model_runner import row_seed
 def batch(rows, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seeds=None, penalties=None, suppressed=None,
           num_logprobs=None):
     return SamplingBatch(
-        temperature=torch.full((rows,), float(temperature)),
-        top_k=torch.full((rows,), top_k, dtype=torch.long),
-        top_p=torch.full((rows,), float(top_p)),
-        min_p=torch.full((rows,), float(min_p)),
         seeds=seeds if seeds is not None else [row_seed(1, i) for i in range(rows)],
         penalties=penalties or {},
         suppressed=suppressed or {},
         num_logprobs=num_logprobs,
+        temperature=torch.full((rows,), float(temperature)),
+        top_k=torch.full((rows,), top_k, dtype=torch.long),
+        top_p=torch.full((rows,), float(top_p)),
+        min_p=torch.full((rows,), float(min_p)),
     )
 
 
