@@ -145,11 +145,16 @@ class ModelRunner:
         starts = np.array([s.num_computed_tokens for s in states], dtype=np.int64)
         query_start_loc = np.zeros(len(states) + 1, dtype=np.int64)
         np.cumsum(counts, out=query_start_loc[1:])
-        positions = np.concatenate([np.arange(st, st + n) for st, n in zip(starts, counts)])
-        input_ids = np.concatenate([s.token_ids[st : st + n] for s, st, n in zip(states, starts, counts)])
-        block_of_token = np.concatenate(
-            [np.asarray(s.block_ids, dtype=np.int64)[np.arange(st, st + n) // bs] for s, st, n in zip(states, starts, counts)]
-        )
+        if len(states) == int(query_start_loc[-1]):  # every request has one token: the common decode step
+            positions = starts
+            input_ids = np.array([s.token_ids[st] for s, st in zip(states, starts.tolist())], dtype=np.int64)
+            block_of_token = np.array([s.block_ids[st // bs] for s, st in zip(states, starts.tolist())],
+                                      dtype=np.int64)
+        else:
+            positions = np.concatenate([np.arange(st, st + n) for st, n in zip(starts, counts)])
+            input_ids = np.concatenate([s.token_ids[st : st + n] for s, st, n in zip(states, starts, counts)])
+            block_of_token = np.concatenate([np.asarray(s.block_ids, dtype=np.int64)[np.arange(st, st + n) // bs]
+                                             for s, st, n in zip(states, starts, counts)])
         batch = AttentionBatch(
             query_start_loc=query_start_loc,
             seq_lens=starts + counts,
