@@ -98,6 +98,13 @@ def test_decode_matches_reference(small_tiles, group, window, dtype):
     _check_decode(DECODE_LENS, group, window, dtype)
 
 
+@pytest.mark.parametrize("programs_per_sm", [1, 16, 10_000])
+def test_decode_split_slots(small_tiles, monkeypatch, programs_per_sm):
+    # One program striding over all splits of a row, a few, or one program per split.
+    monkeypatch.setattr(kernels, "DECODE_PROGRAMS_PER_SM", programs_per_sm)
+    _check_decode(DECODE_LENS, group=2, window=None, dtype=torch.float32)
+
+
 @pytest.mark.parametrize("block_size,head_dim", [(8, 32), (64, 128)])
 def test_decode_block_sizes(small_tiles, block_size, head_dim):
     # Tiles spanning several cache blocks (8 < 16 keys) and lying inside one (64 > 16).
@@ -180,3 +187,21 @@ def test_realistic_shapes_on_gpu(dtype):
     _check_prefill([(1000, 300), (257, 257), (3000, 1), (40, 0), (700, 64)], group=4, window=None, dtype=dtype,
                    head_dim=128, kv_heads=8)
     _check_prefill([(1000, 300), (257, 257), (3000, 1)], group=8, window=200, dtype=dtype, head_dim=128, kv_heads=4)
+
+
+@pytest.mark.gpu
+def test_decode_replays_in_cuda_graph():
+    # Captured once; replays must follow the new seq_lens/block_tables written in place.
+    gen = torch.Generator().manual_seed(2)
+    clean, _, tables, lens = _paged_setup([300, 17, 0, 600], 16, 2, 128, torch.bfloat16, gen, spare_cols=8)
+    query = torch.randn(4, 8, 128, generator=gen).to(torch.bfloat16).to(DEVICE)
+    kernels.paged_decode_attention(query, clean, tables, lens, 0.1, None)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = kernels.paged_decode_attention(query, clean, tables, lens, 0.1, None)
+    for new_lens in ([300, 17, 0, 600], [0, 700, 5, 1]):
+        lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        graph.replay()
+        torch.testing.assert_close(out, paged_decode_attention_ref(query, clean, tables, lens, 0.1, None),
+                                   **_tolerance(torch.bfloat16))
