@@ -80,3 +80,18 @@ def test_cuda_graphs_give_the_same_tokens_as_eager(batch, tiny_checkpoints):
     a = [o.outputs[0].token_ids for o in graphed.generate(batch_prompts, params, use_tqdm=False)]
     b = [o.outputs[0].token_ids for o in eager.generate(batch_prompts, params, use_tqdm=False)]
     assert a == b
+
+
+def test_cuda_fp8_weights_run_and_track_bf16(tiny_checkpoints):
+    path = tiny_checkpoints["llama"]
+    params = SamplingParams(temperature=0, max_tokens=1, logprobs=3)
+    ref = LLM(path, device="cuda", dtype="bfloat16", max_model_len=128).generate(prompts(), params, use_tqdm=False)
+    fp8 = LLM(path, device="cuda", dtype="bfloat16", max_model_len=128, quantization="fp8")
+    got = fp8.generate(prompts(), params, use_tqdm=False)
+    for a, b in zip(got, ref):
+        for token, lp in b.outputs[0].logprobs[0].items():
+            if token in a.outputs[0].logprobs[0]:
+                assert abs(a.outputs[0].logprobs[0][token].logprob - lp.logprob) < 0.5
+    long = fp8.generate(prompts(), SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True),
+                        use_tqdm=False)
+    assert all(len(o.outputs[0].token_ids) == NEW_TOKENS for o in long)

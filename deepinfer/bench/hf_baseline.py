@@ -16,6 +16,10 @@ import torch
 from deepinfer.bench.session import ModelFacts
 
 
+RANDOM_INIT_NOTE = ("transformers ran the same config with its own random init, not deepinfer's dummy weights "
+                    "(both random: the values differ, the work and so the timing do not)")
+
+
 @dataclass
 class HFModelInfo:
     source: str
@@ -33,8 +37,7 @@ def load_hf_model(facts: ModelFacts) -> tuple[Any, HFModelInfo]:
         # Built on the device directly: initializing 8B parameters on the CPU takes minutes.
         with torch.device(facts.device):
             model = auto.from_config(facts.hf_config, dtype=facts.dtype)
-        source, note = "from_config", ("transformers' random init, not deepinfer's dummy weights (both random; "
-                                       "values differ, the work and so the timing do not)")
+        source, note = "from_config", RANDOM_INIT_NOTE
     else:
         path = Path(facts.model_path)
         kwargs: dict[str, Any] = {"dtype": facts.dtype}

@@ -18,10 +18,10 @@ from deepinfer import envs
 from deepinfer.bench.args import BenchArgs
 from deepinfer.bench.datasets import load_prompts
 from deepinfer.bench.environment import describe_environment
-from deepinfer.bench.hf_baseline import HFModelInfo, hf_generate, hf_warmup, load_hf_model
+from deepinfer.bench.hf_baseline import RANDOM_INIT_NOTE, HFModelInfo, hf_generate, hf_warmup, load_hf_model
 from deepinfer.bench.metrics import RequestTimes, StepSplit, Summary
 from deepinfer.bench.report import BenchResult, Roofline, Workload
-from deepinfer.bench.roofline import decode_bound, measure_device
+from deepinfer.bench.roofline import decode_bound, format_rates, measure_device
 from deepinfer.bench.session import (ModelFacts, engine_kwargs_for, free_device_memory, open_engine,
                                      snapshot_timings)
 from deepinfer.sampling_params import SamplingParams
@@ -143,13 +143,12 @@ def run_latency(args: BenchArgs, engine_kwargs: dict[str, Any], command: str) ->
                                                        metrics.decode_tok_s_per_seq.p50))
     if args.compare_hf:
         result.baseline = hf_latency(facts, prompts, args)
-        theirs = result.baseline.metrics
-        result.speedup = {"e2e_latency_p50": theirs.e2e_s.p50 / metrics.e2e_s.p50,
-                          "decode_tok_s_per_seq_p50": metrics.decode_tok_s_per_seq.p50 / theirs.decode_tok_s_per_seq.p50,
-                          "ttft_p50": theirs.ttft_s.p50 / metrics.ttft_s.p50}
+        ours, theirs = metrics, result.baseline.metrics
+        result.speedup = {"e2e_latency_p50": theirs.e2e_s.p50 / ours.e2e_s.p50,
+                          "decode_tok_s_per_seq_p50": ours.decode_tok_s_per_seq.p50 / theirs.decode_tok_s_per_seq.p50,
+                          "ttft_p50": theirs.ttft_s.p50 / ours.ttft_s.p50}
         if result.baseline.model.source == "from_config":
-            result.notes.append("transformers ran the same config with its own random init, not deepinfer's "
-                                "dummy weights; timing does not depend on the values")
+            result.notes.append(RANDOM_INIT_NOTE)
     return result
 
 
@@ -181,10 +180,8 @@ def format_latency(result: BenchResult) -> str:
         lines.append("speedup: " + ", ".join(f"{k} {v:.2f}x" for k, v in result.speedup.items()))
     if result.roofline is not None:
         r, b = result.roofline.device, result.roofline.bound
-        lines.append(f"roofline: copy {r.copy_bandwidth_gb_s:.0f} GB/s, bf16 matmul {r.bf16_matmul_tflop_s:.1f} "
-                     f"TFLOP/s, fp8 {'n/a' if r.fp8_matmul_tflop_s is None else f'{r.fp8_matmul_tflop_s:.1f}'} "
-                     f"TFLOP/s; decode bound {b.tok_s_per_seq:.1f} tok/s per sequence "
-                     f"({b.bytes_per_step / 1e9:.3f} GB per step); deepinfer at {b.percent_of_bound:.1f}%")
+        lines.append(f"roofline: {format_rates(r)}; decode bound {b.tok_s_per_seq:.1f} tok/s per sequence "
+                     f"({b.bytes_per_step / 1e6:.1f} MB per step); deepinfer at {b.percent_of_bound:.1f}%")
     for note in result.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

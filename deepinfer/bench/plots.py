@@ -46,10 +46,13 @@ def plot_throughput(result: BenchResult, path: Path) -> None:
     if result.baseline is not None:
         names.append(f"transformers generate\n(batch {result.baseline.batch_size})")
         values.append(result.baseline.output_tok_s)
-    bound = result.roofline.bound.output_tok_s if result.roofline is not None else None
+    bound, bound_label = None, ""
+    if result.roofline is not None:
+        bound = result.roofline.bound.output_tok_s
+        bound_label = f"roofline bound {bound:.0f} tok/s ({result.roofline.bound.limited_by}-bound)"
     what = f"{m.num_requests} prompts x {result.workload.prompt_len.mean:.0f} in / {result.workload.output_len} out"
     _bar_chart(path, names, values, "output tokens / s (higher is better)", "%.0f tok/s", _title(result, what),
-               bound, "compute bound (measured bf16 matmul rate)")
+               bound, bound_label)
 
 
 def plot_latency(result: BenchResult, path: Path) -> None:
@@ -61,7 +64,7 @@ def plot_latency(result: BenchResult, path: Path) -> None:
     bound = result.roofline.bound.tok_s_per_seq if result.roofline is not None else None
     what = f"batch {m.batch_size}, {result.workload.prompt_len.mean:.0f} in / {m.output_len} out"
     _bar_chart(path, names, values, "decode tokens / s per sequence, median (higher is better)", "%.1f tok/s",
-               _title(result, what), bound, "memory bound (measured copy bandwidth)")
+               _title(result, what), bound, f"memory bound {bound or 0:.1f} tok/s (measured copy bandwidth)")
 
 
 def plot_result(result: BenchResult, path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from deepinfer.bench.metrics import StepSplit, Summary
-from deepinfer.bench.roofline import ComputeBound, DecodeBound, DeviceRates
+from deepinfer.bench.roofline import DecodeBound, DeviceRates, ThroughputBound
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Workload:
 @dataclass
 class Roofline:
     device: DeviceRates
-    bound: DecodeBound | ComputeBound
+    bound: DecodeBound | ThroughputBound
 
 
 @dataclass

@@ -100,11 +100,20 @@ def measure_device(device: torch.device) -> DeviceRates:
         copy_bytes, n, repeats = 256 << 20, 2048, 3
     bandwidth = measure_copy_bandwidth(device, copy_bytes, repeats)
     bf16 = measure_matmul(device, n, repeats)
-    fp8, note = measure_fp8_matmul(device, n if device.type == "cuda" else 1024, repeats)
+    if device.type == "cuda":
+        fp8, note = measure_fp8_matmul(device, n, repeats)
+    else:  # torch's CPU fp8 matmul is a slow reference path (1e-4 TFLOP/s), nothing to bound against
+        fp8, note = None, "not measured on CPU"
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return DeviceRates(device=str(device), copy_bytes=copy_bytes, copy_bandwidth_gb_s=bandwidth, matmul_size=n,
                        bf16_matmul_tflop_s=bf16, fp8_matmul_tflop_s=fp8, fp8_note=note)
+
+
+def format_rates(rates: DeviceRates) -> str:
+    fp8 = "n/a" if rates.fp8_matmul_tflop_s is None else f"{rates.fp8_matmul_tflop_s:.1f} TFLOP/s"
+    return (f"copy {rates.copy_bandwidth_gb_s:.0f} GB/s, bf16 matmul {rates.bf16_matmul_tflop_s:.1f} TFLOP/s, "
+            f"fp8 matmul {fp8}")
 
 
 @dataclass
@@ -132,8 +141,10 @@ def decode_bound(stats: ModelStats, rates: DeviceRates, batch_size: int, input_l
 
 
 @dataclass
-class ComputeBound:
-    """Compute bound of a whole offline run: its FLOPs at the measured bf16 matmul rate."""
+class ThroughputBound:
+    """Bound of a whole offline run: it ends no sooner than its FLOPs take at the measured bf16
+    matmul rate (compute), nor than the bytes its decode steps read take at the measured copy
+    bandwidth (memory). Each is a lower bound on the time, so their max is one too."""
 
     flops: float
     linear_flops: float
@@ -142,15 +153,25 @@ class ComputeBound:
     """2 x LM-head params x output tokens (only sampled positions go through the head)."""
     attention_flops: float
     """q.k and p.v over each token's causal context."""
+    compute_seconds: float
+    decode_batch: int
+    """Most sequences one decode step can hold: max_num_seqs, the prompts, or what the KV cache fits."""
+    decode_steps: int
+    """Fewest decode steps: every output token after the first, decode_batch of them per step."""
+    memory_bytes: float
+    """All weights once per decode step, plus every decode token's read of its KV cache."""
+    memory_seconds: float
     min_seconds: float
+    limited_by: str
+    """compute or memory: which of the two is the bound."""
     output_tok_s: float
     total_tok_s: float
     measured_output_tok_s: float
     percent_of_bound: float
 
 
-def compute_bound(stats: ModelStats, rates: DeviceRates, prompt_lens: list[int], output_len: int,
-                  measured_output_tok_s: float) -> ComputeBound:
+def throughput_bound(stats: ModelStats, rates: DeviceRates, prompt_lens: list[int], output_len: int,
+                     max_batch: int, measured_output_tok_s: float) -> ThroughputBound:
     prompt_tokens = sum(prompt_lens)
     output_tokens = len(prompt_lens) * output_len
     # The forward passes see every prompt token and every output token but the last (it is
@@ -162,9 +183,22 @@ def compute_bound(stats: ModelStats, rates: DeviceRates, prompt_lens: list[int],
     positions = sum((n + output_len - 1) * (n + output_len) / 2 for n in prompt_lens)
     attention = stats.attention_flops(1.0) * positions
     flops = linear + head + attention
-    seconds = flops / (rates.bf16_matmul_tflop_s * 1e12)
+    compute_s = flops / (rates.bf16_matmul_tflop_s * 1e12)
+
+    batch = max(1, min(max_batch, len(prompt_lens)))
+    decode_tokens = len(prompt_lens) * (output_len - 1)
+    steps = -(-decode_tokens // batch)
+    # Decode tokens sit at positions n .. n + output_len - 2 and read n + 1 .. n + output_len - 1 keys.
+    keys_read = sum((n + output_len - 1) * (n + output_len) / 2 - n * (n + 1) / 2 for n in prompt_lens)
+    memory_bytes = steps * stats.weight_bytes_per_token + keys_read * stats.kv_bytes_per_token
+    memory_s = memory_bytes / (rates.copy_bandwidth_gb_s * 1e9)
+
+    seconds = max(compute_s, memory_s)
     bound = output_tokens / seconds
-    return ComputeBound(flops=flops, linear_flops=linear, lm_head_flops=head, attention_flops=attention,
-                        min_seconds=seconds, output_tok_s=bound, total_tok_s=(prompt_tokens + output_tokens) / seconds,
-                        measured_output_tok_s=measured_output_tok_s,
-                        percent_of_bound=100 * measured_output_tok_s / bound)
+    return ThroughputBound(flops=flops, linear_flops=linear, lm_head_flops=head, attention_flops=attention,
+                           compute_seconds=compute_s, decode_batch=batch, decode_steps=steps,
+                           memory_bytes=memory_bytes, memory_seconds=memory_s, min_seconds=seconds,
+                           limited_by="compute" if compute_s >= memory_s else "memory", output_tok_s=bound,
+                           total_tok_s=(prompt_tokens + output_tokens) / seconds,
+                           measured_output_tok_s=measured_output_tok_s,
+                           percent_of_bound=100 * measured_output_tok_s / bound)

@@ -18,10 +18,11 @@ from deepinfer import envs
 from deepinfer.bench.args import BenchArgs
 from deepinfer.bench.datasets import load_prompts
 from deepinfer.bench.environment import describe_environment
-from deepinfer.bench.hf_baseline import GenerateTiming, HFModelInfo, hf_generate, hf_warmup, load_hf_model
+from deepinfer.bench.hf_baseline import (RANDOM_INIT_NOTE, GenerateTiming, HFModelInfo, hf_generate, hf_warmup,
+                                         load_hf_model)
 from deepinfer.bench.metrics import RequestTimes, StepSplit, Summary
 from deepinfer.bench.report import BenchResult, Roofline, Workload
-from deepinfer.bench.roofline import compute_bound, measure_device
+from deepinfer.bench.roofline import format_rates, measure_device, throughput_bound
 from deepinfer.bench.session import (ModelFacts, engine_kwargs_for, free_device_memory, open_engine,
                                      snapshot_timings)
 from deepinfer.sampling_params import SamplingParams
@@ -43,8 +44,8 @@ class ThroughputMetrics:
     total_tok_s: float
     """(prompt + output tokens) / elapsed."""
     ttft_s: Summary
-    tpot_s: Summary
-    """Per request: (finished - first token) / (output tokens - 1)."""
+    tpot_s: Summary | None
+    """Per request: (finished - first token) / (output tokens - 1); None when output_len is 1."""
     e2e_s: Summary
     num_preemptions: int
     """Requests that lost their KV cache for lack of room and were recomputed during the run."""
@@ -86,7 +87,7 @@ def measure_throughput(llm, prompts: list[list[int]], warmup: list[list[int]],
         num_requests=len(prompts), prompt_tokens=prompt_tokens, output_tokens=output_tokens, elapsed_s=elapsed,
         requests_per_s=len(prompts) / elapsed, output_tok_s=output_tokens / elapsed,
         total_tok_s=(prompt_tokens + output_tokens) / elapsed, ttft_s=Summary.of([t.ttft for t in times]),
-        tpot_s=Summary.of(tpots or [0.0]), e2e_s=Summary.of([t.e2e for t in times]),
+        tpot_s=Summary.of(tpots) if tpots else None, e2e_s=Summary.of([t.e2e for t in times]),
         num_preemptions=llm.stats().num_preemptions - preempted)
     return metrics, split
 
@@ -133,8 +134,11 @@ def run_throughput(args: BenchArgs, engine_kwargs: dict[str, Any], command: str)
         step_split=split)
     if args.roofline:
         rates = measure_device(facts.device)
-        result.roofline = Roofline(rates, compute_bound(facts.stats, rates, [len(p) for p in prompts],
-                                                        args.output_len, metrics.output_tok_s))
+        lens = [len(p) for p in prompts]
+        blocks_per_seq = -(-(max(lens) + args.output_len) // facts.block_size)
+        max_batch = min(facts.engine_config["scheduler"]["max_num_seqs"], (facts.num_kv_blocks - 1) // blocks_per_seq)
+        result.roofline = Roofline(rates, throughput_bound(facts.stats, rates, lens, args.output_len, max_batch,
+                                                           metrics.output_tok_s))
     if args.compare_hf:
         result.baseline = hf_throughput(facts, prompts, args)
         result.speedup = {"output_tok_s": metrics.output_tok_s / result.baseline.output_tok_s}
@@ -142,8 +146,7 @@ def run_throughput(args: BenchArgs, engine_kwargs: dict[str, Any], command: str)
             result.notes.append(f"transformers was timed on the first {result.baseline.num_requests} of "
                                 f"{metrics.num_requests} prompts (independent batches: its tok/s holds for all)")
         if result.baseline.model.source == "from_config":
-            result.notes.append("transformers ran the same config with its own random init, not deepinfer's "
-                                "dummy weights; timing does not depend on the values")
+            result.notes.append(RANDOM_INIT_NOTE)
     return result
 
 
@@ -156,6 +159,8 @@ def format_throughput(result: BenchResult) -> str:
              f"{m.total_tok_s:.1f} total tok/s, {m.num_preemptions} preemptions",
              f"{'':>10} {'mean':>10} {'p50':>10} {'p90':>10} {'p99':>10}  (ms)"]
     for name, s in (("TTFT", m.ttft_s), ("TPOT", m.tpot_s), ("E2E", m.e2e_s)):
+        if s is None:
+            continue
         lines.append(f"{name:>10} " + " ".join(f"{v * 1000:10.2f}" for v in (s.mean, s.p50, s.p90, s.p99)))
     s = result.step_split
     lines.append(f"step split ({s.steps} steps): schedule {s.schedule_ms_per_step:.3f} ms, execute "
@@ -168,9 +173,10 @@ def format_throughput(result: BenchResult) -> str:
         lines.append(f"speedup: {result.speedup['output_tok_s']:.2f}x output tok/s")
     if result.roofline is not None:
         r, bound = result.roofline.device, result.roofline.bound
-        lines.append(f"roofline: copy {r.copy_bandwidth_gb_s:.0f} GB/s, bf16 matmul {r.bf16_matmul_tflop_s:.1f} "
-                     f"TFLOP/s, fp8 {'n/a' if r.fp8_matmul_tflop_s is None else f'{r.fp8_matmul_tflop_s:.1f}'} "
-                     f"TFLOP/s; compute bound {bound.output_tok_s:.0f} output tok/s ({bound.total_tok_s:.0f} total); "
+        lines.append(f"roofline: {format_rates(r)}; "
+                     f"bound {bound.output_tok_s:.0f} output tok/s ({bound.total_tok_s:.0f} total; {bound.limited_by}: "
+                     f"compute {bound.compute_seconds:.2f} s, memory {bound.memory_seconds:.2f} s at decode batch "
+                     f"{bound.decode_batch}); "
                      f"deepinfer at {bound.percent_of_bound:.1f}%")
     for note in result.notes:
         lines.append(f"note: {note}")

@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks (latency, throughput)").add_subparsers(dest="bench",
                                                                                            required=True)
     for name, help_text in _BENCH_HELP.items():
-        _add_bench_flags(bench.add_parser(name, help=help_text, description=help_text), name)
+        _add_bench_flags(bench.add_parser(name, help=help_text, description=help_text, epilog=_BENCH_EXAMPLES[name],
+                                          formatter_class=argparse.RawDescriptionHelpFormatter), name)
     return parser
 
 
@@ -98,6 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
 _BENCH_HELP = {
     "latency": "end-to-end latency, TTFT, TPOT of a batch of requests (optionally vs transformers, roofline)",
     "throughput": "offline throughput of many prompts submitted at once (optionally vs transformers, roofline)",
+}
+_BENCH_EXAMPLES = {
+    "latency": """example (Llama 3 8B shapes, random weights, batch 1, 128 tokens in, 256 out):
+  deepinfer bench latency --model llama3-8b --load-format dummy --dtype bfloat16 \\
+      --input-len 128 --output-len 256 --batch-size 1 --compare-hf --roofline --output latency.json""",
+    "throughput": """example (1000 prompts, 1000 tokens in, 1000 out; transformers timed on its first batch):
+  deepinfer bench throughput --model llama3-8b --load-format dummy --dtype bfloat16 \\
+      --num-prompts 1000 --input-len 1000 --output-len 1000 --compare-hf --hf-num-prompts 128 \\
+      --roofline --output throughput.json""",
 }
 
 
