@@ -73,9 +73,11 @@ def test_cuda_graphs_give_the_same_tokens_as_eager(batch, tiny_checkpoints):
     path = tiny_checkpoints["qwen3"]
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
     batch_prompts = (prompts() * 4)[:batch]
-    graphed = LLM(path, device="cuda", dtype="float32", max_model_len=128)
+    # Two engines live at once: each takes a small fixed KV cache instead of 90% of the device.
+    small = dict(max_model_len=128, num_kv_blocks=256, max_num_seqs=32)
+    graphed = LLM(path, device="cuda", dtype="float32", **small)
     assert graphed.engine.worker.runner.graph_runner is not None
-    eager = LLM(path, device="cuda", dtype="float32", max_model_len=128, enforce_eager=True)
+    eager = LLM(path, device="cuda", dtype="float32", enforce_eager=True, **small)
     assert eager.engine.worker.runner.graph_runner is None
     a = [o.outputs[0].token_ids for o in graphed.generate(batch_prompts, params, use_tqdm=False)]
     b = [o.outputs[0].token_ids for o in eager.generate(batch_prompts, params, use_tqdm=False)]
@@ -83,15 +85,18 @@ def test_cuda_graphs_give_the_same_tokens_as_eager(batch, tiny_checkpoints):
 
 
 def test_cuda_fp8_weights_run_and_track_bf16(tiny_checkpoints):
+    """FP8 (3 mantissa bits) moves this tiny model's large logits by up to ~0.7 nats (seen on the
+    H200); a wrong scale or weight layout would move them by many."""
     path = tiny_checkpoints["llama"]
     params = SamplingParams(temperature=0, max_tokens=1, logprobs=3)
-    ref = LLM(path, device="cuda", dtype="bfloat16", max_model_len=128).generate(prompts(), params, use_tqdm=False)
-    fp8 = LLM(path, device="cuda", dtype="bfloat16", max_model_len=128, quantization="fp8")
+    small = dict(max_model_len=128, num_kv_blocks=256, max_num_seqs=32)  # two engines live at once
+    ref = LLM(path, device="cuda", dtype="bfloat16", **small).generate(prompts(), params, use_tqdm=False)
+    fp8 = LLM(path, device="cuda", dtype="bfloat16", quantization="fp8", **small)
     got = fp8.generate(prompts(), params, use_tqdm=False)
     for a, b in zip(got, ref):
         for token, lp in b.outputs[0].logprobs[0].items():
             if token in a.outputs[0].logprobs[0]:
-                assert abs(a.outputs[0].logprobs[0][token].logprob - lp.logprob) < 0.5
+                assert abs(a.outputs[0].logprobs[0][token].logprob - lp.logprob) < 1.0
     long = fp8.generate(prompts(), SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True),
                         use_tqdm=False)
     assert all(len(o.outputs[0].token_ids) == NEW_TOKENS for o in long)
