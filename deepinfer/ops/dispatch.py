@@ -1,9 +1,9 @@
 """Which implementation of an op runs: the torch reference or the Triton kernel.
 
 Backends are tables ``op name -> function``. The torch backend collects ``<op>_ref`` from each
-op module, the Triton backend ``<op>`` from each module under ``ops/triton/``. A backend's table
-is built (and checked) when it is first needed: it must export exactly ``OP_NAMES``, and a
-missing, extra or duplicate name fails loudly then, before any op of it runs.
+op module, the Triton backend ``<op>`` from each module under ``ops/triton/``. Importing
+``deepinfer.ops`` builds and checks every available backend (``verify_backends``): each must export
+exactly ``OP_NAMES``, and a missing, extra or duplicate name fails the import loudly.
 
 Choice (``DEEPINFER_KERNEL_BACKEND``): ``auto`` runs Triton on CUDA tensors and the torch
 reference on CPU tensors; ``torch`` always runs the reference; ``triton`` always runs Triton
@@ -68,9 +68,7 @@ def _torch_backend() -> dict[str, Callable]:
 
 
 def _triton_backend() -> dict[str, Callable] | None:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
+    if not _triton_backend_available():
         return None
     from deepinfer.ops.triton import build_table
 
@@ -111,6 +109,21 @@ def get_op(name: str, device_type: str) -> Callable:
     if fn is None:
         fn = _CHOSEN[key] = backend_table(backend_name(device_type))[name]
     return fn
+
+
+def verify_backends() -> None:
+    """Build every backend that can exist here (Triton only where triton imports), checking names."""
+    backend_table("torch")
+    if _triton_backend_available():
+        backend_table("triton")
+
+
+def _triton_backend_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def clear_cache() -> None:
