@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from deepinfer.layers.embedding import LMHead, VocabEmbedding
+from deepinfer.layers.linear import Linear
 
 
 @dataclass
@@ -31,9 +32,15 @@ class ModelStats:
 
     @classmethod
     def of(cls, model: torch.nn.Module, kv_bytes_per_token: int) -> "ModelStats":
-        unique = {id(p): p for p in model.parameters()}  # tied weights are one tensor
-        param_count = sum(p.numel() for p in unique.values())
-        param_bytes = sum(p.numel() * p.element_size() for p in unique.values())
+        # A Linear may hold its weight in a run-time form (packed, FP8) and free the checkpoint
+        # tensor, so its size comes from its shape and weight_bytes, not from its parameter.
+        linears = [m for m in model.modules() if isinstance(m, Linear)]
+        linear_weights = {id(m.weight) for m in linears}
+        unique = {id(p): p for p in model.parameters() if id(p) not in linear_weights}  # tied weights once
+        param_count = sum(p.numel() for p in unique.values()) + sum(
+            m.input_size * sum(m.output_sizes) for m in linears)
+        param_bytes = sum(p.numel() * p.element_size() for p in unique.values()) + sum(
+            m.weight_bytes for m in linears)
         heads = [m for m in model.modules() if isinstance(m, LMHead)]
         embeds = [m for m in model.modules() if isinstance(m, VocabEmbedding)]
         head_ids = {id(h.weight) for h in heads}

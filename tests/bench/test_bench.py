@@ -278,3 +278,16 @@ def test_gpu_latency_and_throughput_free_the_device_for_the_baseline(tiny_config
         assert result["engine"]["device_memory_after_free_gib"] < 0.5, "the KV cache was not freed"
         assert result["roofline"]["device"]["copy_bandwidth_gb_s"] > 100
         assert result["environment"]["gpu"] and result["baseline"] is not None
+
+
+def test_model_stats_count_weights_held_in_run_time_form(tiny_llama):
+    """Packed (CPU bf16) and FP8 linears free their checkpoint tensor; the stats must still see them."""
+    from deepinfer import LLM
+    from deepinfer.bench.model_stats import engine_model_stats
+
+    fp32 = engine_model_stats(LLM(tiny_llama, max_model_len=64, dtype="float32"))
+    bf16 = engine_model_stats(LLM(tiny_llama, max_model_len=64, dtype="bfloat16"))
+    fp8 = engine_model_stats(LLM(tiny_llama, max_model_len=64, dtype="bfloat16", quantization="fp8"))
+    assert fp32.param_count == bf16.param_count == fp8.param_count
+    assert bf16.param_bytes * 2 == fp32.param_bytes
+    assert fp8.param_bytes < bf16.param_bytes
