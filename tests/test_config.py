@@ -9,12 +9,13 @@ import re
 import pytest
 
 from deepinfer import envs
+from deepinfer.bench.args import BenchArgs
 from deepinfer.config import CacheConfig, DeviceConfig, EngineConfig, ModelConfig, SchedulerConfig
 from deepinfer.docs_of import field_docs
 from deepinfer.sampling_params import SamplingParams
 
 
-@pytest.mark.parametrize("cls", [ModelConfig, CacheConfig, SchedulerConfig, DeviceConfig, SamplingParams])
+@pytest.mark.parametrize("cls", [ModelConfig, CacheConfig, SchedulerConfig, DeviceConfig, SamplingParams, BenchArgs])
 def test_every_field_has_a_docstring(cls):
     docs = field_docs(cls)
     missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
