@@ -48,6 +48,13 @@ class BenchArgs:
     roofline: bool = False
     """Measure the device's copy bandwidth and matmul rate, and report deepinfer's result as a
     percentage of the bound they give."""
+    profile_steps: int = 0
+    """Run this many engine steps of the timed run under torch.profiler and report the time per
+    kernel and the share of the window the device sat idle (0: no profile). The profiler slows
+    the host, so the run's own figures are then not the ones to publish."""
+    profile_skip_steps: int = 0
+    """Engine steps of the timed run before the profiled window (to profile, say, pure decode
+    steps once the prompts are in)."""
     output: str | None = None
     """Write the JSON result here, and a PNG plot next to it (same name, .png)."""
 
@@ -58,8 +65,10 @@ class BenchArgs:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.num_iters_warmup < 0:
-            raise ValueError(f"num_iters_warmup must be >= 0, got {self.num_iters_warmup!r}")
+        for name in ("num_iters_warmup", "profile_steps", "profile_skip_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         for name in ("hf_batch_size", "hf_num_prompts"):
             value = getattr(self, name)
             if value is not None and value < 1:

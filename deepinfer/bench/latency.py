@@ -22,6 +22,7 @@ from deepinfer.bench.hf_baseline import RANDOM_INIT_NOTE, HFModelInfo, hf_genera
 from deepinfer.bench.metrics import RequestTimes, StepSplit, Summary
 from deepinfer.bench.report import BenchResult, Roofline, Workload
 from deepinfer.bench.roofline import decode_bound, format_rates, measure_device
+from deepinfer.bench.step_profile import StepProfile, StepProfiler, format_profile
 from deepinfer.bench.session import (ModelFacts, engine_kwargs_for, free_device_memory, open_engine,
                                      snapshot_timings)
 from deepinfer.sampling_params import SamplingParams
@@ -75,11 +76,13 @@ def _iteration_prompts(prompts: list[list[int]], batch_size: int, index: int) ->
     return prompts[index * batch_size:(index + 1) * batch_size]
 
 
-def measure_latency(llm, prompts: list[list[int]], args: BenchArgs) -> tuple[LatencyMetrics, StepSplit]:
+def measure_latency(llm, prompts: list[list[int]],
+                    args: BenchArgs) -> tuple[LatencyMetrics, StepSplit, StepProfile | None]:
     params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
     for i in range(args.num_iters_warmup):
         llm.generate(_iteration_prompts(prompts, args.batch_size, i), params, use_tqdm=False)
     before, iterations, wall = snapshot_timings(llm), [], 0.0
+    profiler = StepProfiler(llm.engine, args.profile_skip_steps, args.profile_steps) if args.profile_steps else None
     bar = tqdm(range(args.num_iters), desc="Latency iterations", disable=not envs.DEEPINFER_TQDM)
     for i in bar:
         batch = _iteration_prompts(prompts, args.batch_size, args.num_iters_warmup + i)
@@ -93,7 +96,8 @@ def measure_latency(llm, prompts: list[list[int]], args: BenchArgs) -> tuple[Lat
         iterations.append(IterationTimes(e2e=e2e, ttft=sum(t.ttft for t in times) / len(times),
                                          tpot=sum(t.tpot for t in times) / len(times)))
     split = StepSplit.between(before, snapshot_timings(llm), wall)
-    return LatencyMetrics.of(iterations, args.batch_size, args.output_len), split
+    profile = profiler.close() if profiler is not None else None
+    return LatencyMetrics.of(iterations, args.batch_size, args.output_len), split, profile
 
 
 def hf_latency(facts: ModelFacts, prompts: list[list[int]], args: BenchArgs) -> LatencyBaseline:
@@ -125,7 +129,7 @@ def run_latency(args: BenchArgs, engine_kwargs: dict[str, Any], command: str) ->
     prompts = load_prompts(args.dataset, count, args.input_len, args.dataset_seed, engine_kwargs.get("model"),
                            engine_kwargs.get("tokenizer"))
     llm = open_engine(engine_kwargs_for(engine_kwargs, prompts, args.output_len))
-    metrics, split = measure_latency(llm, prompts, args)
+    metrics, split, profile = measure_latency(llm, prompts, args)
     facts = ModelFacts.of(llm)
     del llm  # the baseline and the roofline's buffers need the device memory the KV cache holds
     left_gib = free_device_memory(facts.device)
@@ -135,7 +139,7 @@ def run_latency(args: BenchArgs, engine_kwargs: dict[str, Any], command: str) ->
         engine={**facts.resolved(), "device_memory_after_free_gib": left_gib}, environment=describe_environment(),
         workload=Workload.of(args.dataset, timed[:args.num_iters * args.batch_size], args.output_len,
                              args.dataset_seed),
-        metrics=metrics, step_split=split)
+        metrics=metrics, step_split=split, profile=profile)
     if args.roofline:
         rates = measure_device(facts.device)
         mean_len = result.workload.prompt_len.mean
@@ -172,7 +176,8 @@ def format_latency(result: BenchResult) -> str:
     block("deepinfer", m)
     s = result.step_split
     lines.append(f"step split ({s.steps} steps): schedule {s.schedule_ms_per_step:.3f} ms, execute "
-                 f"{s.execute_ms_per_step:.3f} ms, postprocess {s.postprocess_ms_per_step:.3f} ms per step; "
+                 f"{s.execute_ms_per_step:.3f} ms, wait {s.wait_ms_per_step:.3f} ms, postprocess "
+                 f"{s.postprocess_ms_per_step:.3f} ms per step; "
                  f"outside steps {s.other_s:.3f} s of {s.wall_s:.3f} s")
     if result.baseline is not None:
         block(f"transformers generate (batch {result.baseline.batch_size}, {result.baseline.model.source})",
@@ -182,6 +187,8 @@ def format_latency(result: BenchResult) -> str:
         r, b = result.roofline.device, result.roofline.bound
         lines.append(f"roofline: {format_rates(r)}; decode bound {b.tok_s_per_seq:.1f} tok/s per sequence "
                      f"({b.bytes_per_step / 1e6:.1f} MB per step); deepinfer at {b.percent_of_bound:.1f}%")
+    if result.profile is not None:
+        lines.append(format_profile(result.profile))
     for note in result.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -76,11 +76,16 @@ class StepSplit:
     steps: int
     schedule_s: float
     execute_s: float
+    """Launching steps: input preparation and queueing the device work."""
+    wait_s: float
+    """Blocked on the device for sampled tokens (with async scheduling, the device time the host
+    had nothing left to overlap with)."""
     postprocess_s: float
     wall_s: float
     other_s: float
     schedule_ms_per_step: float
     execute_ms_per_step: float
+    wait_ms_per_step: float
     postprocess_ms_per_step: float
 
     @classmethod
@@ -88,8 +93,10 @@ class StepSplit:
         steps = after.steps - before.steps
         schedule = after.schedule - before.schedule
         execute = after.execute - before.execute
+        wait = after.wait - before.wait
         post = after.postprocess - before.postprocess
         per = 1000 / steps if steps else 0.0
-        return cls(steps=steps, schedule_s=schedule, execute_s=execute, postprocess_s=post, wall_s=wall_s,
-                   other_s=wall_s - schedule - execute - post, schedule_ms_per_step=schedule * per,
-                   execute_ms_per_step=execute * per, postprocess_ms_per_step=post * per)
+        return cls(steps=steps, schedule_s=schedule, execute_s=execute, wait_s=wait, postprocess_s=post,
+                   wall_s=wall_s, other_s=wall_s - schedule - execute - wait - post,
+                   schedule_ms_per_step=schedule * per, execute_ms_per_step=execute * per,
+                   wait_ms_per_step=wait * per, postprocess_ms_per_step=post * per)

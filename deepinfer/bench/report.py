@@ -10,6 +10,7 @@ from typing import Any
 
 from deepinfer.bench.metrics import StepSplit, Summary
 from deepinfer.bench.roofline import DecodeBound, DeviceRates, ThroughputBound
+from deepinfer.bench.step_profile import StepProfile
 
 
 @dataclass
@@ -56,6 +57,8 @@ class BenchResult:
     """LatencyBaseline or ThroughputBaseline (transformers), when asked for."""
     speedup: dict[str, float] | None = None
     """deepinfer over transformers, > 1 is faster."""
+    profile: StepProfile | None = None
+    """Per-kernel device time of the profiled steps (``--profile-steps``)."""
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from deepinfer.bench.hf_baseline import (RANDOM_INIT_NOTE, GenerateTiming, HFMod
 from deepinfer.bench.metrics import RequestTimes, StepSplit, Summary
 from deepinfer.bench.report import BenchResult, Roofline, Workload
 from deepinfer.bench.roofline import format_rates, measure_device, throughput_bound
+from deepinfer.bench.step_profile import StepProfile, StepProfiler, format_profile
 from deepinfer.bench.session import (ModelFacts, engine_kwargs_for, free_device_memory, open_engine,
                                      snapshot_timings)
 from deepinfer.sampling_params import SamplingParams
@@ -69,13 +70,16 @@ class ThroughputBaseline:
 
 
 def measure_throughput(llm, prompts: list[list[int]], warmup: list[list[int]],
-                       output_len: int) -> tuple[ThroughputMetrics, StepSplit]:
+                       args: BenchArgs) -> tuple[ThroughputMetrics, StepSplit, StepProfile | None]:
+    output_len = args.output_len
     llm.generate(warmup, SamplingParams(temperature=0, max_tokens=_WARMUP_TOKENS, ignore_eos=True), use_tqdm=False)
     params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
     before, preempted = snapshot_timings(llm), llm.stats().num_preemptions
+    profiler = StepProfiler(llm.engine, args.profile_skip_steps, args.profile_steps) if args.profile_steps else None
     start = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=True)
     elapsed = time.perf_counter() - start
+    profile = profiler.close() if profiler is not None else None
     split = StepSplit.between(before, snapshot_timings(llm), elapsed)
     times = [RequestTimes.of(o) for o in outputs]
     output_tokens = sum(t.output_tokens for t in times)
@@ -89,7 +93,7 @@ def measure_throughput(llm, prompts: list[list[int]], warmup: list[list[int]],
         total_tok_s=(prompt_tokens + output_tokens) / elapsed, ttft_s=Summary.of([t.ttft for t in times]),
         tpot_s=Summary.of(tpots) if tpots else None, e2e_s=Summary.of([t.e2e for t in times]),
         num_preemptions=llm.stats().num_preemptions - preempted)
-    return metrics, split
+    return metrics, split, profile
 
 
 def hf_throughput(facts: ModelFacts, prompts: list[list[int]], args: BenchArgs) -> ThroughputBaseline:
@@ -123,7 +127,7 @@ def run_throughput(args: BenchArgs, engine_kwargs: dict[str, Any], command: str)
                         engine_kwargs.get("model"), engine_kwargs.get("tokenizer"))
     prompts, warmup = pool[:args.num_prompts], pool[args.num_prompts:]
     llm = open_engine(engine_kwargs_for(engine_kwargs, pool, args.output_len))
-    metrics, split = measure_throughput(llm, prompts, warmup, args.output_len)
+    metrics, split, profile = measure_throughput(llm, prompts, warmup, args)
     facts = ModelFacts.of(llm)
     del llm  # the baseline and the roofline's buffers need the device memory the KV cache holds
     left_gib = free_device_memory(facts.device)
@@ -131,7 +135,7 @@ def run_throughput(args: BenchArgs, engine_kwargs: dict[str, Any], command: str)
         benchmark="throughput", command=command, args=dataclasses.asdict(args), engine_config=facts.engine_config,
         engine={**facts.resolved(), "device_memory_after_free_gib": left_gib}, environment=describe_environment(),
         workload=Workload.of(args.dataset, prompts, args.output_len, args.dataset_seed), metrics=metrics,
-        step_split=split)
+        step_split=split, profile=profile)
     if args.roofline:
         rates = measure_device(facts.device)
         lens = [len(p) for p in prompts]
@@ -164,7 +168,8 @@ def format_throughput(result: BenchResult) -> str:
         lines.append(f"{name:>10} " + " ".join(f"{v * 1000:10.2f}" for v in (s.mean, s.p50, s.p90, s.p99)))
     s = result.step_split
     lines.append(f"step split ({s.steps} steps): schedule {s.schedule_ms_per_step:.3f} ms, execute "
-                 f"{s.execute_ms_per_step:.3f} ms, postprocess {s.postprocess_ms_per_step:.3f} ms per step; "
+                 f"{s.execute_ms_per_step:.3f} ms, wait {s.wait_ms_per_step:.3f} ms, postprocess "
+                 f"{s.postprocess_ms_per_step:.3f} ms per step; "
                  f"outside steps {s.other_s:.3f} s of {s.wall_s:.3f} s")
     if result.baseline is not None:
         b = result.baseline
@@ -178,6 +183,8 @@ def format_throughput(result: BenchResult) -> str:
                      f"compute {bound.compute_seconds:.2f} s, memory {bound.memory_seconds:.2f} s at decode batch "
                      f"{bound.decode_batch}); "
                      f"deepinfer at {bound.percent_of_bound:.1f}%")
+    if result.profile is not None:
+        lines.append(format_profile(result.profile))
     for note in result.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

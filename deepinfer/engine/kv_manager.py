@@ -211,7 +211,9 @@ class KVManager:
         if not self.enable_prefix_caching:
             return
         rid = request.request_id
-        num_full = request.num_computed_tokens // self.block_size
+        # Computed KV may run ahead of the known tokens (an in-flight token); a block's hash
+        # needs all of its tokens.
+        num_full = min(request.num_computed_tokens, request.num_tokens) // self.block_size
         start = self._num_hashed_blocks.get(rid, 0)
         if num_full <= start:
             return

@@ -26,6 +26,8 @@ from deepinfer.models.checkpoint import open_checkpoint
 from deepinfer.models.registry import resolve_model_class
 from deepinfer.outputs import RequestOutput
 from deepinfer.sampling_params import SamplingParams
+from deepinfer.worker.model_runner import PendingStep
+from deepinfer.worker.protocol import SchedulerOutput
 from deepinfer.worker.worker import ModelSpec, Worker
 
 logger = init_logger(__name__)
@@ -36,14 +38,17 @@ class StepTimings:
     """Wall-clock seconds spent in each part of ``step()``, summed over all steps so far."""
 
     steps: int = 0
+    """Model steps launched."""
     schedule: float = 0.0
     execute: float = 0.0
-    """The worker: input preparation, forward, sampling (waits for the device's sampled ids)."""
+    """The worker launching a step: input preparation and queueing the forward pass and sampler."""
+    wait: float = 0.0
+    """Blocked on the device for a step's sampled ids."""
     postprocess: float = 0.0
     """Scheduler update, detokenization, stop checks, outputs."""
 
     def as_dict(self) -> dict[str, float]:
-        return {"steps": self.steps, "schedule_s": self.schedule, "execute_s": self.execute,
+        return {"steps": self.steps, "schedule_s": self.schedule, "execute_s": self.execute, "wait_s": self.wait,
                 "postprocess_s": self.postprocess}
 
 
@@ -111,6 +116,9 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self._request_counter = itertools.count()
         self.step_timings = StepTimings()
+        self.async_scheduling = config.scheduler.async_scheduling
+        self._in_flight: tuple[SchedulerOutput, PendingStep] | None = None
+        """The launched step whose tokens the host has not processed yet (zero-overhead scheduling)."""
         logger.info("engine ready: %s (%s, %s, max_model_len=%d)", model_path, dtype, device, self.max_model_len)
 
     # ---- requests ----------------------------------------------------------------------------
@@ -179,23 +187,47 @@ class LLMEngine:
                                                       RequestStatus.FINISHED_ABORTED):
                 self.output_processor.mark_aborted(req)
             self.output_processor.release(parent_id)
+        if not self.scheduler.has_unfinished_requests():
+            self._in_flight = None  # its tokens belong to no live request
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+        return self.scheduler.has_unfinished_requests() or self._in_flight is not None
 
     # ---- the step ----------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one model step; return the outputs of the prompts it finished, and of streamed
-        prompts that got new tokens."""
-        if not self.scheduler.has_unfinished_requests():
+        prompts that got new tokens.
+
+        With async scheduling the step launched here is processed by the next call, and this
+        call processes the one launched before: the host schedules and post-processes while the
+        device computes."""
+        if not self.has_unfinished_requests():
             return []
+        timings = self.step_timings
         t0 = time.perf_counter()
         scheduled = self.scheduler.schedule()
-        if scheduled.is_empty:
-            raise RuntimeError("the scheduler could not schedule any request; this is a bug, please report it")
         t1 = time.perf_counter()
-        result = self.worker.execute_model(scheduled)
+        launched = None
+        if not scheduled.is_empty:
+            launched = (scheduled, self.worker.execute_model(scheduled))
+        elif self._in_flight is None:
+            raise RuntimeError("the scheduler could not schedule any request; this is a bug, please report it")
         t2 = time.perf_counter()
+        timings.schedule += t1 - t0
+        timings.execute += t2 - t1
+        if self.async_scheduling:
+            done, self._in_flight = self._in_flight, launched
+        else:
+            done = launched
+        outputs = self._process(*done) if done is not None else []
+        timings.steps += launched is not None
+        return outputs
+
+    def _process(self, scheduled: SchedulerOutput, pending: PendingStep) -> list[RequestOutput]:
+        """Read a launched step's tokens and turn them into request updates and outputs."""
+        t0 = time.perf_counter()
+        result = pending.result()
+        t1 = time.perf_counter()
         step = self.scheduler.update_from_output(scheduled, result)
         logprobs = dict(zip(result.request_ids, result.logprobs))
         stopped = self.output_processor.process(step.updated, step.new_token_counts, logprobs)
@@ -209,11 +241,8 @@ class LLMEngine:
             if out.finished:
                 self.output_processor.release(parent.request_id)
             outputs.append(out)
-        timings = self.step_timings
-        timings.steps += 1
-        timings.schedule += t1 - t0
-        timings.execute += t2 - t1
-        timings.postprocess += time.perf_counter() - t2
+        self.step_timings.wait += t1 - t0
+        self.step_timings.postprocess += time.perf_counter() - t1
         return outputs
 
     def stats(self) -> EngineStats:

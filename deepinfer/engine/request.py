@@ -55,6 +55,10 @@ class Request:
         self.arrival_order = arrival_order
         self.status = RequestStatus.WAITING
         self.num_computed_tokens = 0
+        """Tokens whose KV is computed or being computed by a launched step."""
+        self.num_inflight_tokens = 0
+        """Tokens sampled by launched steps that the host has not seen yet (zero-overhead
+        scheduling runs one step ahead, so this is 0 or 1 when a step is scheduled)."""
         self.num_cached_tokens = 0
         self.stop_reason: int | str | None = None
         self.metrics = RequestMetrics(arrival_time=arrival_time if arrival_time is not None else time.time())
@@ -64,6 +68,17 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.all_token_ids)
+
+    @property
+    def num_scheduled_tokens(self) -> int:
+        """Known tokens plus those in flight: what the next step can build on."""
+        return len(self.all_token_ids) + self.num_inflight_tokens
+
+    @property
+    def can_schedule_more(self) -> bool:
+        """False when an in-flight token is already this request's last (max_tokens or the
+        context length): computing past it would be wasted work."""
+        return self.num_output_tokens + self.num_inflight_tokens < self.max_tokens
 
     @property
     def num_prompt_tokens(self) -> int:

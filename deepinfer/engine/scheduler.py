@@ -14,6 +14,13 @@ Policy (first come, first served, and nobody starves):
   preempted.
 - So the oldest request is never preempted by a younger one and always makes progress; once
   it finishes, the next oldest becomes the oldest. Every request finishes.
+
+Zero-overhead scheduling: ``schedule()`` may run before the tokens of the step in flight are
+known. A granted step's KV counts as computed at once (the device runs steps in order), and a
+request that samples in it holds an in-flight token that the next step can already feed back
+in; ``update_from_output`` later replaces the in-flight token with the real one. A request
+whose in-flight token is its last (max_tokens) is not scheduled again; one that turns out to
+have stopped (EOS, a stop string) had one step's token computed in vain, which is discarded.
 """
 
 from __future__ import annotations
@@ -105,7 +112,10 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            num_new = min(request.num_scheduled_tokens - request.num_computed_tokens, budget)
+            if num_new <= 0 or not request.can_schedule_more:
+                i += 1
+                continue
             while not self.kv.allocate(request, num_new):
                 victim = self.running.pop()
                 self._preempt(victim)
@@ -120,6 +130,8 @@ class Scheduler:
         # Waiting requests, strictly in arrival order.
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not preempted:
             request = self.waiting[0]
+            if request.num_inflight_tokens:  # preempted by this very call: its last token is not back yet
+                break
             cached = self.kv.find_cached_prefix(request)
             num_cached_tokens = len(cached) * self.kv.block_size
             num_new = min(request.num_tokens - num_cached_tokens, budget)
@@ -135,7 +147,13 @@ class Scheduler:
             grants[request.request_id] = num_new
             budget -= num_new
 
-        return self._build_output(grants)
+        output = self._build_output(grants)
+        for rid, num_new in grants.items():  # the step's KV is as good as written: the device runs steps in order
+            request = self.requests[rid]
+            request.num_computed_tokens += num_new
+            if request.num_computed_tokens == request.num_scheduled_tokens:  # it samples a token
+                request.num_inflight_tokens += 1
+        return output
 
     def _build_output(self, grants: dict[str, int]) -> SchedulerOutput:
         # The runner applies drops before additions, so a request may be dropped and re-sent in full.
@@ -167,19 +185,21 @@ class Scheduler:
         return SchedulerOutput(new, cached, grants, finished_request_ids=dropped)
 
     def update_from_output(self, scheduled: SchedulerOutput, result: ModelRunnerOutput) -> StepResult:
-        """Advance computed-token counts, append sampled tokens and apply token-level stop rules."""
+        """Append a finished step's sampled tokens and apply token-level stop rules."""
         now = time.time()
         updated, counts = [], {}
         sampled = dict(zip(result.request_ids, result.sampled_token_ids))
-        for rid, num_new in scheduled.num_scheduled_tokens.items():
+        for rid in scheduled.num_scheduled_tokens:
             request = self.requests.get(rid)
-            if request is None or request.status != RequestStatus.RUNNING:
-                continue  # aborted while the step ran
-            request.num_computed_tokens += num_new
-            self.kv.cache_computed_blocks(request)
+            if request is None or request.is_finished:
+                continue  # ended while the step ran: its token is discarded
             new_tokens = sampled.get(rid, [])
             if not new_tokens:
+                self.kv.cache_computed_blocks(request)
                 continue
+            # Preempted while the step ran: the token is still right (its KV was complete when it
+            # was sampled); it is kept and recomputed with the rest.
+            request.num_inflight_tokens -= len(new_tokens)
             stop = None
             for count, token in enumerate(new_tokens, 1):
                 request.append_output_token(token)
@@ -192,7 +212,7 @@ class Scheduler:
             counts[rid] = count
             updated.append(request)
             if stop is not None:
-                self.running.remove(request)
-                self.requests.pop(rid)
-                self._release(request, stop)
+                self.finish_requests([rid], stop)
+            else:
+                self.kv.cache_computed_blocks(request)
         return StepResult(updated, counts)

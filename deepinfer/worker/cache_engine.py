@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from deepinfer.layers.attention import AttentionBackend
+from deepinfer.transfer import to_device
 
 
 class CacheEngine:
@@ -32,7 +33,7 @@ class CacheEngine:
 
     def zero_blocks(self, block_ids: list[int]) -> None:
         if block_ids:
-            index = torch.tensor(block_ids, dtype=torch.long, device=self._buffer.device)
+            index = to_device(block_ids, self._buffer.device, torch.long)
             self._buffer.index_fill_(self.block_dim, index, 0)
 
     @staticmethod

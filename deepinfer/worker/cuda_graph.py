@@ -17,6 +17,7 @@ import torch
 from deepinfer.layers.attention import AttentionBackend, AttentionBatch
 from deepinfer.layers.attention.paged_backend import block_table_array
 from deepinfer.logger import init_logger
+from deepinfer.transfer import copy_into
 
 logger = init_logger(__name__)
 
@@ -70,18 +71,19 @@ class CUDAGraphRunner:
     def can_run(self, batch: AttentionBatch) -> bool:
         return batch.num_decodes == batch.num_requests and 0 < batch.num_requests <= self.max_batch_size
 
-    def run(self, input_ids: np.ndarray, positions: np.ndarray, batch: AttentionBatch) -> torch.Tensor:
-        """Logits [B, vocab] of a pure-decode batch (a view into the graph's output buffer)."""
+    def run(self, input_ids: torch.Tensor, positions: np.ndarray, batch: AttentionBatch) -> torch.Tensor:
+        """Logits [B, vocab] of a pure-decode batch (a view into the graph's output buffer).
+        ``input_ids`` is already on the device (some may come from the previous step's samples)."""
         b = batch.num_requests
         size = next(s for s in self.sizes if s >= b)
-        self.input_ids[:b].copy_(torch.from_numpy(input_ids))
-        self.positions[:b].copy_(torch.from_numpy(positions))
-        self.slot_mapping[:b].copy_(torch.from_numpy(batch.slot_mapping))
-        self.seq_lens[:b].copy_(torch.from_numpy(batch.seq_lens.astype(np.int32)))
+        self.input_ids[:b].copy_(input_ids)
+        copy_into(self.positions[:b], positions)
+        copy_into(self.slot_mapping[:b], batch.slot_mapping)
+        copy_into(self.seq_lens[:b], batch.seq_lens)
         # Columns past a row's last block are never read (the kernels stop at seq_len), so only
         # the used columns are copied.
         table = block_table_array(batch.block_tables)
-        self.block_tables[:b, : table.shape[1]].copy_(torch.from_numpy(table))
+        copy_into(self.block_tables[:b, : table.shape[1]], table)
         if size > b:  # padding rows
             self.input_ids[b:size].zero_()
             self.positions[b:size].zero_()

@@ -3,6 +3,13 @@ flat batch, runs the forward pass and samples.
 
 Batch order: requests with one query token (decodes) first, then prefill chunks, so the
 attention backend can treat the decodes as one block.
+
+A step is launched, not waited for: ``execute_model`` queues the forward pass and the sampler
+and returns a PendingStep whose ``result()`` later reads the sampled ids back. Until then each
+sampling request holds a placeholder for its new token, and a following step that feeds that
+token back in takes it from the previous step's sampled ids on the device. So the engine can
+schedule and launch step N+1 before it has seen step N's tokens (zero-overhead scheduling), and
+the only point where the host waits for the device is ``PendingStep.result()``.
 """
 
 from __future__ import annotations
@@ -17,7 +24,11 @@ from deepinfer.layers.sampler import RowPenalties, Sampler, SamplerOutput, Sampl
 from deepinfer.sampling_params import SamplingParams
 from deepinfer.worker.cache_engine import CacheEngine
 from deepinfer.worker.cuda_graph import CUDAGraphRunner
+from deepinfer.transfer import HostCopy, to_device
 from deepinfer.worker.protocol import ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprobs
+
+PLACEHOLDER = -1
+"""Token id of a sampled token the host has not read back yet."""
 
 
 @dataclass
@@ -83,6 +94,10 @@ class ModelRunner:
         self.requests: dict[str, RunnerRequest] = {}
         self.graph_runner: CUDAGraphRunner | None = None
         """Set by the worker when decode steps run as CUDA graphs."""
+        self._last_sampled: torch.Tensor | None = None
+        """The sampled ids of the last step that sampled, on the device."""
+        self._last_sampled_row: dict[str, int] = {}
+        """Request id -> its row in ``_last_sampled``."""
 
     # ---- state -------------------------------------------------------------------------------
     def _update_states(self, scheduled: SchedulerOutput) -> None:
@@ -102,28 +117,34 @@ class ModelRunner:
 
     # ---- one step ----------------------------------------------------------------------------
     @torch.inference_mode()
-    def execute_model(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
+    def execute_model(self, scheduled: SchedulerOutput) -> "PendingStep":
+        """Queue one step on the device; its sampled tokens come from the returned PendingStep."""
         self._update_states(scheduled)
         grants = scheduled.num_scheduled_tokens
         order = sorted(grants, key=lambda rid: grants[rid] != 1)  # stable: decodes first
         states = [self.requests[rid] for rid in order]
         counts = np.array([grants[rid] for rid in order], dtype=np.int64)
-        input_ids, positions, batch = self._prepare_inputs(states, counts)
+        input_ids, positions, batch, fed_back = self._prepare_inputs(states, counts)
         # Only requests whose every known token is now computed produce a token; a partial
         # prefill chunk does not.
         sampling = [i for i, s in enumerate(states) if s.num_computed_tokens + counts[i] == len(s.token_ids)]
         for state, count in zip(states, counts):
             state.num_computed_tokens += int(count)
-        logits = self._forward(input_ids, positions, batch, sampling)  # runs even if nothing samples: it writes KV
-        sampled_per_request: list[list[int]] = [[] for _ in states]
-        logprobs: list[TokenLogprobs | None] = [None] * len(states)
+        ids = to_device(input_ids, self.device)
+        if fed_back:  # tokens sampled by the previous step, still on the device
+            rows, src = zip(*fed_back)
+            ids[to_device(list(rows), self.device)] = self._last_sampled[to_device(list(src), self.device)]
+        logits = self._forward(ids, positions, batch, sampling)  # runs even if nothing samples: it writes KV
+        pending = PendingStep(self, order)
         if sampling:
             sampling_states = [states[i] for i in sampling]
             result = self.sampler(logits, self._sampling_batch(sampling_states))
-            self._collect(result, sampling, sampling_states, sampled_per_request, logprobs)
-        return ModelRunnerOutput(order, sampled_per_request, logprobs)
+            pending.launch(result, sampling, sampling_states)
+            self._last_sampled = result.sampled
+            self._last_sampled_row = {s.request_id: j for j, s in enumerate(sampling_states)}
+        return pending
 
-    def _forward(self, input_ids: np.ndarray, positions: np.ndarray, batch: AttentionBatch,
+    def _forward(self, input_ids: torch.Tensor, positions: np.ndarray, batch: AttentionBatch,
                  sampling: list[int]) -> torch.Tensor | None:
         """Run the model on the batch (writing its KV); return the logits at the last new token
         of each sampling request, or None if no request samples."""
@@ -131,13 +152,12 @@ class ModelRunner:
             logits = self.graph_runner.run(input_ids, positions, batch)
             if len(sampling) == batch.num_requests:
                 return logits
-            return logits[torch.tensor(sampling, device=self.device)] if sampling else None
+            return logits[to_device(sampling, self.device)] if sampling else None
         metadata = self.attn_backend.build_metadata(batch, self.cache_engine.kv_caches, self.device)
-        hidden = self.model(torch.from_numpy(input_ids).to(self.device), torch.from_numpy(positions).to(self.device),
-                            metadata)
+        hidden = self.model(input_ids, to_device(positions, self.device), metadata)
         if not sampling:
             return None
-        last_token_rows = torch.from_numpy(batch.query_start_loc[1:][sampling] - 1).to(self.device)
+        last_token_rows = to_device(batch.query_start_loc[1:][sampling] - 1, self.device)
         return self.model.compute_logits(hidden[last_token_rows])
 
     def _prepare_inputs(self, states: list[RunnerRequest], counts: np.ndarray):
@@ -148,6 +168,10 @@ class ModelRunner:
         if len(states) == int(query_start_loc[-1]):  # every request has one token: the common decode step
             positions = starts
             input_ids = np.array([s.token_ids[st] for s, st in zip(states, starts.tolist())], dtype=np.int64)
+            # A decode's input is the token its previous step sampled; if the host has not read
+            # it yet, it is taken from that step's sampled ids on the device.
+            fed_back = [(row, self._last_sampled_row[s.request_id])
+                        for row in np.flatnonzero(input_ids == PLACEHOLDER).tolist() for s in (states[row],)]
             block_of_token = np.array([s.block_ids[st // bs] for s, st in zip(states, starts.tolist())],
                                       dtype=np.int64)
         else:
@@ -155,6 +179,8 @@ class ModelRunner:
             input_ids = np.concatenate([s.token_ids[st : st + n] for s, st, n in zip(states, starts, counts)])
             block_of_token = np.concatenate([np.asarray(s.block_ids, dtype=np.int64)[np.arange(st, st + n) // bs]
                                              for s, st, n in zip(states, starts, counts)])
+            fed_back = [(int(query_start_loc[i]), self._last_sampled_row[s.request_id])
+                        for i, s in enumerate(states) if counts[i] == 1 and s.token_ids[int(starts[i])] == PLACEHOLDER]
         batch = AttentionBatch(
             query_start_loc=query_start_loc,
             seq_lens=starts + counts,
@@ -163,7 +189,7 @@ class ModelRunner:
             num_decodes=int(np.count_nonzero(counts == 1)),
             block_size=bs,
         )
-        return input_ids.astype(np.int64), positions, batch
+        return input_ids.astype(np.int64), positions, batch, fed_back
 
     def _sampling_batch(self, states: list[RunnerRequest]) -> SamplingBatch:
         params = [s.sampling_params for s in states]
@@ -172,10 +198,10 @@ class ModelRunner:
         for row, (s, p) in enumerate(zip(states, params)):
             if p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0:
                 if s.prompt_tensor is None:
-                    s.prompt_tensor = torch.tensor(s.token_ids[: s.num_prompt_tokens], dtype=torch.long, device=dev)
+                    s.prompt_tensor = to_device(s.token_ids[: s.num_prompt_tokens], dev, torch.long)
                 penalties[row] = RowPenalties(
                     prompt_token_ids=s.prompt_tensor,
-                    output_token_ids=torch.tensor(s.token_ids[s.num_prompt_tokens :], dtype=torch.long, device=dev),
+                    output_token_ids=self._output_token_tensor(s),
                     presence=p.presence_penalty,
                     frequency=p.frequency_penalty,
                     repetition=p.repetition_penalty,
@@ -192,31 +218,67 @@ class ModelRunner:
             num_logprobs=max(wanted) if wanted else None,
         )
         if not batch.all_greedy:
-            batch.temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev)
-            batch.top_k = torch.tensor([p.top_k for p in params], dtype=torch.long, device=dev)
-            batch.top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=dev)
-            batch.min_p = torch.tensor([p.min_p for p in params], dtype=torch.float32, device=dev)
+            batch.temperature = to_device([float(p.temperature) for p in params], dev, torch.float32)
+            batch.top_k = to_device([int(p.top_k) for p in params], dev, torch.long)
+            batch.top_p = to_device([float(p.top_p) for p in params], dev, torch.float32)
+            batch.min_p = to_device([float(p.min_p) for p in params], dev, torch.float32)
         return batch
 
-    @staticmethod
-    def _collect(result: SamplerOutput, rows: list[int], states: list[RunnerRequest],
-                 sampled_per_request: list[list[int]], logprobs: list[TokenLogprobs | None]) -> None:
-        sampled = result.sampled.tolist()
-        has_logprobs = result.sampled_logprob is not None
-        if has_logprobs:
-            sampled_lp = result.sampled_logprob.tolist()
-            sampled_rank = result.sampled_rank.tolist()
-            top_ids = result.top_token_ids.tolist() if result.top_token_ids is not None else None
-            top_lp = result.top_logprobs.tolist() if result.top_logprobs is not None else None
-        for j, (row, state) in enumerate(zip(rows, states)):
-            token = sampled[j]
-            state.token_ids.append(token)
-            sampled_per_request[row] = [token]
-            n = state.sampling_params.logprobs
-            if has_logprobs and n is not None:
-                ids = top_ids[j][:n] if n else []
-                lps = top_lp[j][:n] if n else []
-                ranks = list(range(1, len(ids) + 1))
-                if token not in ids:
-                    ids, lps, ranks = ids + [token], lps + [sampled_lp[j]], ranks + [sampled_rank[j]]
-                logprobs[row] = TokenLogprobs(ids, lps, ranks)
+    def _output_token_tensor(self, state: RunnerRequest) -> torch.Tensor:
+        """The request's output tokens on the device; an in-flight last token is taken from the
+        previous step's sampled ids."""
+        known = state.token_ids[state.num_prompt_tokens:]
+        if not known or known[-1] != PLACEHOLDER:
+            return to_device(known, self.device, torch.long)
+        last = self._last_sampled[self._last_sampled_row[state.request_id]].view(1)
+        return torch.cat((to_device(known[:-1], self.device, torch.long), last))
+
+
+class PendingStep:
+    """One launched step: its sampled ids (and log-probabilities) are being copied to the host."""
+
+    def __init__(self, runner: ModelRunner, request_ids: list[str]) -> None:
+        self.runner = runner
+        self.request_ids = request_ids
+        self._rows: list[int] = []
+        self._slots: list[tuple[RunnerRequest, int]] = []
+        self._copy: HostCopy | None = None
+        self._result: ModelRunnerOutput | None = None
+
+    def launch(self, result: SamplerOutput, rows: list[int], states: list[RunnerRequest]) -> None:
+        """Queue the copies of the step's samples; each request gets a placeholder token."""
+        self._rows = rows
+        for state in states:
+            self._slots.append((state, len(state.token_ids)))
+            state.token_ids.append(PLACEHOLDER)
+        self._copy = HostCopy({"sampled": result.sampled, "sampled_logprob": result.sampled_logprob,
+                               "sampled_rank": result.sampled_rank, "top_token_ids": result.top_token_ids,
+                               "top_logprobs": result.top_logprobs})
+
+    def result(self) -> ModelRunnerOutput:
+        """Wait for the step's tokens, put them in place of the placeholders and return them."""
+        if self._result is not None:
+            return self._result
+        n = len(self.request_ids)
+        sampled_per_request: list[list[int]] = [[] for _ in range(n)]
+        logprobs: list[TokenLogprobs | None] = [None] * n
+        if self._copy is not None:
+            host = {k: (v.tolist() if v is not None else None) for k, v in self._copy.wait().items()}
+            live = self.runner.requests
+            for j, (row, (state, index)) in enumerate(zip(self._rows, self._slots)):
+                token = host["sampled"][j]
+                if live.get(state.request_id) is state:  # else dropped (finished, aborted, preempted)
+                    state.token_ids[index] = token
+                sampled_per_request[row] = [token]
+                n_top = state.sampling_params.logprobs
+                if host["sampled_logprob"] is not None and n_top is not None:
+                    ids = host["top_token_ids"][j][:n_top] if n_top else []
+                    lps = host["top_logprobs"][j][:n_top] if n_top else []
+                    ranks = list(range(1, len(ids) + 1))
+                    if token not in ids:
+                        ids = ids + [token]
+                        lps = lps + [host["sampled_logprob"][j]]
+                        ranks = ranks + [host["sampled_rank"][j]]
+                    logprobs[row] = TokenLogprobs(ids, lps, ranks)
+        self._result = ModelRunnerOutput(self.request_ids, sampled_per_request, logprobs)
+        return self._result

@@ -19,7 +19,7 @@ from deepinfer.models.registry import resolve_model_class
 from deepinfer.models.weights import checkpoint_quantization
 from deepinfer.worker.cache_engine import CacheEngine
 from deepinfer.worker.cuda_graph import CUDAGraphRunner
-from deepinfer.worker.model_runner import ModelRunner
+from deepinfer.worker.model_runner import ModelRunner, PendingStep
 from deepinfer.worker.protocol import ModelRunnerOutput, SchedulerOutput
 
 logger = init_logger(__name__)
@@ -147,5 +147,6 @@ class Worker:
         del dummy, hidden
         torch.cuda.synchronize(self.device)
 
-    def execute_model(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
+    def execute_model(self, scheduled: SchedulerOutput) -> PendingStep:
+        """Launch one step; ``.result()`` of the returned handle waits for its tokens."""
         return self.runner.execute_model(scheduled)

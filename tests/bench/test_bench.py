@@ -18,7 +18,7 @@ from deepinfer.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from tests.tiny_models import hf_config
 
 TOP_KEYS = {"benchmark", "command", "args", "engine_config", "engine", "environment", "workload", "metrics",
-            "step_split", "roofline", "baseline", "speedup", "notes"}
+            "step_split", "roofline", "baseline", "speedup", "profile", "notes"}
 
 
 @pytest.fixture(scope="module")

@@ -31,12 +31,13 @@ def make_request(rid, prompt_len, max_tokens=4):
 
 
 def fake_run(sched: Scheduler, out: SchedulerOutput, rng=random) -> ModelRunnerOutput:
-    """What a model runner would return: one token for each request whose tokens are all computed."""
+    """What a model runner would return, called right after ``schedule()``: one token for each
+    request whose tokens are all computed once the step has run."""
     ids, sampled = [], []
-    for rid, n in out.num_scheduled_tokens.items():
+    for rid in out.num_scheduled_tokens:
         req = sched.requests[rid]
         ids.append(rid)
-        sampled.append([rng.randrange(100, 200)] if req.num_computed_tokens + n == req.num_tokens else [])
+        sampled.append([rng.randrange(100, 200)] if req.num_inflight_tokens else [])
     return ModelRunnerOutput(ids, sampled, [None] * len(ids))
 
 

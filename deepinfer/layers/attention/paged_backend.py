@@ -17,6 +17,7 @@ import torch
 from deepinfer import ops
 from deepinfer.layers.attention.backend import AttentionBackend, AttentionBatch, AttentionMetadata
 from deepinfer.layers.attention.layer import Attention
+from deepinfer.transfer import to_device
 
 
 @dataclass
@@ -66,11 +67,11 @@ class PagedAttentionBackend(AttentionBackend):
         return PagedAttentionMetadata(
             backend=self,
             kv_caches=kv_caches,
-            slot_mapping=torch.from_numpy(batch.slot_mapping).to(device, torch.long),
-            block_tables=torch.from_numpy(block_table_array(batch.block_tables)).to(device),
-            seq_lens=torch.from_numpy(batch.seq_lens.astype(np.int32)).to(device),
+            slot_mapping=to_device(batch.slot_mapping, device, torch.long),
+            block_tables=to_device(block_table_array(batch.block_tables), device),
+            seq_lens=to_device(batch.seq_lens, device, torch.int32),
             num_decodes=nd,
-            prefill_query_start_loc=torch.from_numpy(prefill_starts.astype(np.int32)).to(device),
+            prefill_query_start_loc=to_device(prefill_starts, device, torch.int32),
             max_prefill_query_len=int(np.diff(prefill_starts).max()) if len(prefill_starts) > 1 else 0,
         )
 
