@@ -168,10 +168,19 @@ class ThroughputBound:
     total_tok_s: float
     measured_output_tok_s: float
     percent_of_bound: float
+    matmul_tflop_s: float
+    """The rate the linear layers' FLOPs were counted at (the fp8 rate for an fp8 model)."""
+    sequential_seconds: float
+    """The bound for an engine whose attention and matmul kernels run one after another (as
+    deepinfer's, vLLM's and SGLang's do within a layer): matmuls take the longer of their FLOPs
+    and their weight reads, then decode attention reads the KV cache, then prefill attention's
+    FLOPs. The max() bound above also allows overlapping them, which no kernel here does."""
+    sequential_output_tok_s: float
+    percent_of_sequential_bound: float
 
 
 def throughput_bound(stats: ModelStats, rates: DeviceRates, prompt_lens: list[int], output_len: int,
-                     max_batch: int, measured_output_tok_s: float) -> ThroughputBound:
+                     max_batch: int, measured_output_tok_s: float, fp8: bool = False) -> ThroughputBound:
     prompt_tokens = sum(prompt_lens)
     output_tokens = len(prompt_lens) * output_len
     # The forward passes see every prompt token and every output token but the last (it is
@@ -183,7 +192,9 @@ def throughput_bound(stats: ModelStats, rates: DeviceRates, prompt_lens: list[in
     positions = sum((n + output_len - 1) * (n + output_len) / 2 for n in prompt_lens)
     attention = stats.attention_flops(1.0) * positions
     flops = linear + head + attention
-    compute_s = flops / (rates.bf16_matmul_tflop_s * 1e12)
+    bf16_rate = rates.bf16_matmul_tflop_s * 1e12
+    matmul_rate = (rates.fp8_matmul_tflop_s or rates.bf16_matmul_tflop_s) * 1e12 if fp8 else bf16_rate
+    compute_s = linear / matmul_rate + (head + attention) / bf16_rate
 
     batch = max(1, min(max_batch, len(prompt_lens)))
     decode_tokens = len(prompt_lens) * (output_len - 1)
@@ -195,10 +206,17 @@ def throughput_bound(stats: ModelStats, rates: DeviceRates, prompt_lens: list[in
 
     seconds = max(compute_s, memory_s)
     bound = output_tokens / seconds
+    bandwidth = rates.copy_bandwidth_gb_s * 1e9
+    matmul_s = max(linear / matmul_rate + head / bf16_rate, steps * stats.weight_bytes_per_token / bandwidth)
+    sequential_s = matmul_s + keys_read * stats.kv_bytes_per_token / bandwidth + attention / bf16_rate
+    sequential_bound = output_tokens / sequential_s
     return ThroughputBound(flops=flops, linear_flops=linear, lm_head_flops=head, attention_flops=attention,
                            compute_seconds=compute_s, decode_batch=batch, decode_steps=steps,
                            memory_bytes=memory_bytes, memory_seconds=memory_s, min_seconds=seconds,
                            limited_by="compute" if compute_s >= memory_s else "memory", output_tok_s=bound,
                            total_tok_s=(prompt_tokens + output_tokens) / seconds,
                            measured_output_tok_s=measured_output_tok_s,
-                           percent_of_bound=100 * measured_output_tok_s / bound)
+                           percent_of_bound=100 * measured_output_tok_s / bound,
+                           matmul_tflop_s=matmul_rate / 1e12, sequential_seconds=sequential_s,
+                           sequential_output_tok_s=sequential_bound,
+                           percent_of_sequential_bound=100 * measured_output_tok_s / sequential_bound)

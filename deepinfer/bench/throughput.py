@@ -141,8 +141,9 @@ def run_throughput(args: BenchArgs, engine_kwargs: dict[str, Any], command: str)
         lens = [len(p) for p in prompts]
         blocks_per_seq = -(-(max(lens) + args.output_len) // facts.block_size)
         max_batch = min(facts.engine_config["scheduler"]["max_num_seqs"], (facts.num_kv_blocks - 1) // blocks_per_seq)
+        fp8 = facts.engine_config["model"]["quantization"] == "fp8"
         result.roofline = Roofline(rates, throughput_bound(facts.stats, rates, lens, args.output_len, max_batch,
-                                                           metrics.output_tok_s))
+                                                           metrics.output_tok_s, fp8=fp8))
     if args.compare_hf:
         result.baseline = hf_throughput(facts, prompts, args)
         result.speedup = {"output_tok_s": metrics.output_tok_s / result.baseline.output_tok_s}
@@ -182,7 +183,9 @@ def format_throughput(result: BenchResult) -> str:
                      f"bound {bound.output_tok_s:.0f} output tok/s ({bound.total_tok_s:.0f} total; {bound.limited_by}: "
                      f"compute {bound.compute_seconds:.2f} s, memory {bound.memory_seconds:.2f} s at decode batch "
                      f"{bound.decode_batch}); "
-                     f"deepinfer at {bound.percent_of_bound:.1f}%")
+                     f"deepinfer at {bound.percent_of_bound:.1f}%; sequential-kernel bound "
+                     f"{bound.sequential_output_tok_s:.0f} output tok/s ({bound.sequential_seconds:.2f} s), deepinfer at "
+                     f"{bound.percent_of_sequential_bound:.1f}%")
     if result.profile is not None:
         lines.append(format_profile(result.profile))
     for note in result.notes:

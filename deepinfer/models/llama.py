@@ -100,7 +100,7 @@ class LlamaAttention(nn.Module):
         else:
             qk = self.rotary(positions, torch.cat((self.q_norm(qkv[:, :h]), self.k_norm(qkv[:, h : h + hk])), 1))
         q, k = qk.split((h, hk), dim=1)
-        o = self.attn(q, k, qkv[:, h + hk :].contiguous(), metadata)
+        o = self.attn(q, k, qkv[:, h + hk :], metadata)
         return self.o_proj(o.reshape(t, h * self.head_dim))
 
 

@@ -247,6 +247,21 @@ def test_throughput_bound_is_the_slower_of_compute_and_memory():
     assert narrow.min_seconds == narrow.memory_seconds
 
 
+def test_sequential_bound_adds_matmuls_kv_reads_and_prefill_attention():
+    rates = _rates()  # 1000 FLOP/s, 1000 B/s
+    bound = throughput_bound(_stats(), rates, prompt_lens=[3, 3], output_len=3, max_batch=8,
+                             measured_output_tok_s=1.0)
+    matmuls = max((bound.linear_flops + bound.lm_head_flops) / 1000, 2 * 1800 / 1000)  # FLOPs vs 2 steps of weights
+    kv = 2 * (4 + 5) * 10 / 1000
+    assert bound.sequential_seconds == pytest.approx(matmuls + kv + bound.attention_flops / 1000)
+    assert bound.sequential_seconds > bound.min_seconds, "running kernels one after another can only be slower"
+    assert bound.sequential_output_tok_s == pytest.approx(6 / bound.sequential_seconds)
+    fp8 = throughput_bound(_stats(), DeviceRates(device="cpu", copy_bytes=1, copy_bandwidth_gb_s=1e-6, matmul_size=1,
+                                                 bf16_matmul_tflop_s=1e-9, fp8_matmul_tflop_s=2e-9, fp8_note=""),
+                           prompt_lens=[3, 3], output_len=3, max_batch=8, measured_output_tok_s=1.0, fp8=True)
+    assert fp8.matmul_tflop_s == 2e-9 and fp8.compute_seconds < bound.compute_seconds
+
+
 @pytest.mark.parametrize("tied", [True, False])
 def test_model_stats_count_a_tied_embedding_once(tiny_config, tmp_path, tied):
     from deepinfer import LLM

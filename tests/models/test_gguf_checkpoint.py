@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import gguf
 import numpy as np
 import pytest
 import torch
-from gguf import GGMLQuantizationType as QT
+
+gguf = pytest.importorskip("gguf")  # an optional dependency (the GPU machine lacks it)
+QT = gguf.GGMLQuantizationType
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
