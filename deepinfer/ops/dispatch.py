@@ -25,6 +25,7 @@ OP_NAMES: tuple[str, ...] = (
     "rms_norm",
     "rotary_embedding",
     "silu_and_mul",
+    "quantize_fp8_per_token",
 )
 
 # Module of each op, under deepinfer/ops/ (public function and reference) and under
@@ -36,6 +37,7 @@ OP_MODULES = {
     "rms_norm": "rms_norm",
     "rotary_embedding": "rotary_embedding",
     "silu_and_mul": "silu_and_mul",
+    "quantize_fp8_per_token": "quantize_fp8",
 }
 
 

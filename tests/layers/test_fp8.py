@@ -12,8 +12,9 @@ from safetensors.torch import load_file, save_file
 
 from deepinfer import LLM, SamplingParams
 from deepinfer.layers.quantization.fp8 import (
-    FP8_DTYPE, FP8RowwiseLinearMethod, dequantize_blocks, quantize_per_token, quantize_rowwise,
+    FP8_DTYPE, FP8RowwiseLinearMethod, dequantize_blocks, quantize_rowwise,
 )
+from deepinfer.ops import quantize_fp8_per_token
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -41,8 +42,10 @@ def test_fp8_linear_matches_dense_within_quantization_error():
 
 def test_per_token_scales_follow_each_row():
     x = torch.randn(3, 64) * torch.tensor([[1e-3], [1.0], [1e3]])
-    q, scale = quantize_per_token(x)
+    q, scale = quantize_fp8_per_token(x)
     assert rel_err(q.float() * scale, x) < 0.04
+    zero_q, zero_scale = quantize_fp8_per_token(torch.zeros(2, 8))
+    assert torch.equal(zero_q.float(), torch.zeros(2, 8)) and bool((zero_scale > 0).all()), "no 0/0 on a zero row"
 
 
 def test_dequantize_blocks():

@@ -22,6 +22,14 @@ def close(a, b, tol=2e-2):
     torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol)
 
 
+def test_quantize_fp8_per_token_bf16():
+    kernel, ref = pair("quantize_fp8_per_token", "quantize_fp8")
+    x = torch.randn(300, 14336, device="cuda", dtype=torch.bfloat16) * torch.logspace(-3, 2, 300, device="cuda")[:, None]
+    (q, scale), (q_ref, scale_ref) = kernel(x), ref(x)
+    torch.testing.assert_close(scale, scale_ref, rtol=1e-6, atol=0)
+    assert (q.float() != q_ref.float()).float().mean() < 1e-4, "the hardware cast rounds like torch's"
+
+
 def test_elementwise_ops_bf16():
     dev, bf16 = "cuda", torch.bfloat16
     x = torch.randn(300, 4096, device=dev, dtype=bf16)

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from deepinfer import ops
 from deepinfer.layers.linear import LinearMethod
-
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = torch.finfo(FP8_DTYPE).max
+from deepinfer.ops.quantize_fp8 import FP8_DTYPE, FP8_MAX
 _TINY = 1e-12
 
 
@@ -27,13 +26,6 @@ def quantize_rowwise(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     w = weight.float()
     scale = w.abs().amax(dim=1, keepdim=True).clamp(min=_TINY) / FP8_MAX
     return (w / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
-
-
-def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Activations [M, K] -> (e4m3 [M, K], float32 scale [M, 1])."""
-    xf = x.float()
-    scale = xf.abs().amax(dim=1, keepdim=True).clamp(min=_TINY) / FP8_MAX
-    return (xf / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
 
 
 def dequantize_blocks(qweight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
@@ -56,7 +48,7 @@ class FP8RowwiseLinearMethod(LinearMethod):
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        xq, x_scale = quantize_per_token(x.reshape(-1, shape[-1]))
+        xq, x_scale = ops.quantize_fp8_per_token(x.reshape(-1, shape[-1]))
         out = torch._scaled_mm(xq, self.weight, scale_a=x_scale, scale_b=self.weight_scale, bias=self.bias,
                                out_dtype=x.dtype)
         return out.view(*shape[:-1], self.out_features)
