@@ -26,6 +26,7 @@ OP_NAMES: tuple[str, ...] = (
     "rotary_embedding",
     "silu_and_mul",
     "quantize_fp8_per_token",
+    "gemv",
 )
 
 # Module of each op, under deepinfer/ops/ (public function and reference) and under
@@ -38,6 +39,7 @@ OP_MODULES = {
     "rotary_embedding": "rotary_embedding",
     "silu_and_mul": "silu_and_mul",
     "quantize_fp8_per_token": "quantize_fp8",
+    "gemv": "gemv",
 }
 
 

@@ -31,6 +31,21 @@ def test_signature_matches_reference(name, module):
     assert inspect.signature(triton_op(name)) == inspect.signature(getattr(module, f"{name}_ref"))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n, k, with_bias", [(40, 64, False), (33, 1000, True), (20000, 32, False)])
+def test_gemv(dtype, n, k, with_bias):
+    from deepinfer.ops.gemv import gemv_ref
+    from deepinfer.ops.triton.gemv import gemv
+
+    assert inspect.signature(gemv) == inspect.signature(gemv_ref)
+    x, w = torch.randn(1, k, dtype=dtype), torch.randn(n, k, dtype=dtype)
+    b = torch.randn(n, dtype=dtype) if with_bias else None
+    torch.testing.assert_close(gemv(x, w, b).float(), gemv_ref(x.float(), w.float(), None if b is None else b.float()),
+                               atol=2e-2 * k ** 0.5, rtol=1e-2)
+    with pytest.raises(ValueError, match="one row"):
+        gemv(torch.randn(2, k, dtype=dtype), w, b)
+
+
 def test_quantize_fp8_per_token_matches_reference():
     from deepinfer.ops.triton.quantize_fp8 import quantize_fp8_per_token
 

@@ -22,6 +22,15 @@ def close(a, b, tol=2e-2):
     torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("n, k", [(6144, 4096), (4096, 14336), (128256, 4096)])
+def test_gemv_bf16(n, k):
+    kernel, ref = pair("gemv")
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    close(kernel(x, w, b), ref(x, w, b))
+
+
 def test_quantize_fp8_per_token_bf16():
     kernel, ref = pair("quantize_fp8_per_token", "quantize_fp8")
     x = torch.randn(300, 14336, device="cuda", dtype=torch.bfloat16) * torch.logspace(-3, 2, 300, device="cuda")[:, None]

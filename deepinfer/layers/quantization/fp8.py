@@ -49,6 +49,14 @@ class FP8RowwiseLinearMethod(LinearMethod):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         xq, x_scale = ops.quantize_fp8_per_token(x.reshape(-1, shape[-1]))
-        out = torch._scaled_mm(xq, self.weight, scale_a=x_scale, scale_b=self.weight_scale, bias=self.bias,
-                               out_dtype=x.dtype)
+        if x.is_cuda:
+            out = torch._scaled_mm(xq, self.weight, scale_a=x_scale, scale_b=self.weight_scale, bias=self.bias,
+                                   out_dtype=x.dtype)
+        else:
+            # Not every torch has a CPU _scaled_mm with per-row scales (2.11 has per-tensor only):
+            # the same product of dequantized operands, in float32.
+            out = (xq.float() * x_scale) @ (self.weight.float() * self.weight_scale)
+            if self.bias is not None:
+                out = out + self.bias.float()
+            out = out.to(x.dtype)
         return out.view(*shape[:-1], self.out_features)
