@@ -99,9 +99,9 @@ def first_step_logprobs(llm):
 
 
 def test_block_scaled_fp8_checkpoint_loads_as_fp8(fp8_checkpoint, tiny_llama):
-    llm = LLM(fp8_checkpoint, max_model_len=128)
+    llm = LLM(fp8_checkpoint, max_model_len=128, num_kv_blocks=64)
     assert isinstance(llm.engine.worker.model.layers[0].self_attn.qkv_proj.method, FP8RowwiseLinearMethod)
-    ref = first_step_logprobs(LLM(tiny_llama, max_model_len=128))
+    ref = first_step_logprobs(LLM(tiny_llama, max_model_len=128, num_kv_blocks=64))
     got = first_step_logprobs(llm)
     for a, b in zip(got, ref):
         for token, lp in b.items():
@@ -110,7 +110,7 @@ def test_block_scaled_fp8_checkpoint_loads_as_fp8(fp8_checkpoint, tiny_llama):
 
 
 def test_quantize_bf16_checkpoint_on_load(tiny_llama):
-    llm = LLM(tiny_llama, max_model_len=128, quantization="fp8", dtype="bfloat16")
+    llm = LLM(tiny_llama, max_model_len=128, quantization="fp8", dtype="bfloat16", num_kv_blocks=64)
     layer = llm.engine.worker.model.layers[1].mlp.gate_up_proj
     assert isinstance(layer.method, FP8RowwiseLinearMethod)
     assert layer.weight.numel() == 0, "the bf16 copy is freed"
