@@ -20,9 +20,9 @@ from deepinfer.bench.datasets import load_prompts
 from deepinfer.bench.environment import describe_environment
 from deepinfer.bench.hf_baseline import RANDOM_INIT_NOTE, HFModelInfo, hf_generate, hf_warmup, load_hf_model
 from deepinfer.bench.metrics import RequestTimes, StepSplit, Summary
-from deepinfer.bench.report import BenchResult, Roofline, Workload
+from deepinfer.bench.report import BenchResult, Roofline, Workload, format_footer, format_step_split
 from deepinfer.bench.roofline import decode_bound, format_rates, measure_device
-from deepinfer.bench.step_profile import StepProfile, StepProfiler, format_profile
+from deepinfer.bench.step_profile import StepProfile, StepProfiler
 from deepinfer.bench.session import (ModelFacts, engine_kwargs_for, free_device_memory, open_engine,
                                      snapshot_timings)
 from deepinfer.sampling_params import SamplingParams
@@ -174,11 +174,7 @@ def format_latency(result: BenchResult) -> str:
         lines.append(row("decode tok/s per sequence", lm.decode_tok_s_per_seq, 1, "10.1f"))
 
     block("deepinfer", m)
-    s = result.step_split
-    lines.append(f"step split ({s.steps} steps): schedule {s.schedule_ms_per_step:.3f} ms, execute "
-                 f"{s.execute_ms_per_step:.3f} ms, wait {s.wait_ms_per_step:.3f} ms, postprocess "
-                 f"{s.postprocess_ms_per_step:.3f} ms per step; "
-                 f"outside steps {s.other_s:.3f} s of {s.wall_s:.3f} s")
+    lines.append(format_step_split(result.step_split))
     if result.baseline is not None:
         block(f"transformers generate (batch {result.baseline.batch_size}, {result.baseline.model.source})",
               result.baseline.metrics)
@@ -187,8 +183,4 @@ def format_latency(result: BenchResult) -> str:
         r, b = result.roofline.device, result.roofline.bound
         lines.append(f"roofline: {format_rates(r)}; decode bound {b.tok_s_per_seq:.1f} tok/s per sequence "
                      f"({b.bytes_per_step / 1e6:.1f} MB per step); deepinfer at {b.percent_of_bound:.1f}%")
-    if result.profile is not None:
-        lines.append(format_profile(result.profile))
-    for note in result.notes:
-        lines.append(f"note: {note}")
-    return "\n".join(lines)
+    return "\n".join(lines + format_footer(result))

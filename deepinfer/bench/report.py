@@ -10,7 +10,7 @@ from typing import Any
 
 from deepinfer.bench.metrics import StepSplit, Summary
 from deepinfer.bench.roofline import DecodeBound, DeviceRates, ThroughputBound
-from deepinfer.bench.step_profile import StepProfile
+from deepinfer.bench.step_profile import StepProfile, format_profile
 
 
 @dataclass
@@ -63,6 +63,18 @@ class BenchResult:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def format_step_split(s: StepSplit) -> str:
+    return (f"step split ({s.steps} steps): schedule {s.schedule_ms_per_step:.3f} ms, execute "
+            f"{s.execute_ms_per_step:.3f} ms, wait {s.wait_ms_per_step:.3f} ms, postprocess "
+            f"{s.postprocess_ms_per_step:.3f} ms per step; outside steps {s.other_s:.3f} s of {s.wall_s:.3f} s")
+
+
+def format_footer(result: BenchResult) -> list[str]:
+    """The lines every benchmark's summary ends with: the profile, if any, and the notes."""
+    lines = [format_profile(result.profile)] if result.profile is not None else []
+    return lines + [f"note: {note}" for note in result.notes]
 
 
 def write_result(result: BenchResult, path: str | Path) -> Path:

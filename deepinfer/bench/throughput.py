@@ -21,9 +21,9 @@ from deepinfer.bench.environment import describe_environment
 from deepinfer.bench.hf_baseline import (RANDOM_INIT_NOTE, GenerateTiming, HFModelInfo, hf_generate, hf_warmup,
                                          load_hf_model)
 from deepinfer.bench.metrics import RequestTimes, StepSplit, Summary
-from deepinfer.bench.report import BenchResult, Roofline, Workload
+from deepinfer.bench.report import BenchResult, Roofline, Workload, format_footer, format_step_split
 from deepinfer.bench.roofline import format_rates, measure_device, throughput_bound
-from deepinfer.bench.step_profile import StepProfile, StepProfiler, format_profile
+from deepinfer.bench.step_profile import StepProfile, StepProfiler
 from deepinfer.bench.session import (ModelFacts, engine_kwargs_for, free_device_memory, open_engine,
                                      snapshot_timings)
 from deepinfer.sampling_params import SamplingParams
@@ -167,11 +167,7 @@ def format_throughput(result: BenchResult) -> str:
         if s is None:
             continue
         lines.append(f"{name:>10} " + " ".join(f"{v * 1000:10.2f}" for v in (s.mean, s.p50, s.p90, s.p99)))
-    s = result.step_split
-    lines.append(f"step split ({s.steps} steps): schedule {s.schedule_ms_per_step:.3f} ms, execute "
-                 f"{s.execute_ms_per_step:.3f} ms, wait {s.wait_ms_per_step:.3f} ms, postprocess "
-                 f"{s.postprocess_ms_per_step:.3f} ms per step; "
-                 f"outside steps {s.other_s:.3f} s of {s.wall_s:.3f} s")
+    lines.append(format_step_split(result.step_split))
     if result.baseline is not None:
         b = result.baseline
         lines.append(f"transformers generate ({b.num_requests} prompts, batch {b.batch_size}, {b.model.source}): "
@@ -186,8 +182,4 @@ def format_throughput(result: BenchResult) -> str:
                      f"deepinfer at {bound.percent_of_bound:.1f}%; sequential-kernel bound "
                      f"{bound.sequential_output_tok_s:.0f} output tok/s ({bound.sequential_seconds:.2f} s), deepinfer at "
                      f"{bound.percent_of_sequential_bound:.1f}%")
-    if result.profile is not None:
-        lines.append(format_profile(result.profile))
-    for note in result.notes:
-        lines.append(f"note: {note}")
-    return "\n".join(lines)
+    return "\n".join(lines + format_footer(result))

@@ -306,3 +306,27 @@ def test_model_stats_count_weights_held_in_run_time_form(tiny_llama):
     assert fp32.param_count == bf16.param_count == fp8.param_count
     assert bf16.param_bytes * 2 == fp32.param_bytes
     assert fp8.param_bytes < bf16.param_bytes
+
+
+# ---- step profile ----------------------------------------------------------------------------------
+def test_profile_summary_counts_overlapping_kernels_once_and_the_gaps_as_idle():
+    from deepinfer.bench.step_profile import summarize
+
+    # two overlapping kernels (0-10, 5-15), a gap, then one more (20-30): busy 25 of a 30 us span
+    p = summarize([("gemm", 0.0, 10.0), ("attn", 5.0, 15.0), ("gemm", 20.0, 30.0)], steps=2, wall_s=0.001, skip=3)
+    assert p.busy_ms_per_step == pytest.approx(0.0125) and p.span_ms_per_step == pytest.approx(0.015)
+    assert p.idle_percent == pytest.approx(100 * 5 / 30)
+    assert [(k.name, k.calls) for k in p.kernels] == [("gemm", 2), ("attn", 1)]
+    assert p.kernels[0].percent == pytest.approx(100 * 20 / 30)
+
+
+def test_step_profiler_covers_the_asked_window(tiny_llama):
+    from deepinfer import LLM, SamplingParams
+    from deepinfer.bench.step_profile import StepProfiler
+
+    llm = LLM(tiny_llama, max_model_len=64)
+    profiler = StepProfiler(llm.engine, skip=2, count=3)
+    llm.generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+    result = profiler.close()
+    assert result is not None and (result.skip_steps, result.steps) == (2, 3)
+    assert llm.engine.step.__func__ is type(llm.engine).step, "close() restores the engine's step"
