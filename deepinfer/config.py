@@ -73,6 +73,9 @@ class ModelConfig:
             raise _bad("max_logprobs", "an integer >= 0", self.max_logprobs)
 
 
+KV_CACHE_DTYPES = ("auto", "fp8")
+
+
 @dataclass
 class CacheConfig:
     """Size and behaviour of the paged KV cache."""
@@ -88,8 +91,15 @@ class CacheConfig:
     """CPU: GiB of host memory for the KV cache."""
     num_kv_blocks: int | None = None
     """Exact number of KV blocks; overrides the two memory-based sizes above."""
+    kv_cache_dtype: str = "auto"
+    """auto: keys and values stored in the model's dtype. fp8: stored as float8 e4m3 (values as
+    they are, no scaling; e4m3 keeps about 2 significant digits and magnitudes up to 448), which
+    halves the cache's memory and the bytes decode attention reads, for twice the tokens and
+    faster long-context decoding, at a small accuracy cost."""
 
     def __post_init__(self) -> None:
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise _bad("kv_cache_dtype", " or ".join(KV_CACHE_DTYPES), self.kv_cache_dtype)
         if isinstance(self.block_size, bool) or self.block_size not in (1, 2, 4, 8, 16, 32, 64, 128, 256):
             raise _bad("block_size", "a power of two from 1 to 256", self.block_size)
         if not isinstance(self.enable_prefix_caching, bool):
@@ -101,6 +111,12 @@ class CacheConfig:
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not g > 0:
             raise _bad("cpu_kv_cache_gib", "a number of GiB > 0", g)
         _positive_int("num_kv_blocks", self.num_kv_blocks, optional=True)
+
+    def resolve_kv_dtype(self, model_dtype):
+        """The torch dtype the KV cache is stored in."""
+        import torch
+
+        return torch.float8_e4m3fn if self.kv_cache_dtype == "fp8" else model_dtype
 
 
 @dataclass

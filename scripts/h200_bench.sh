@@ -7,6 +7,7 @@
 #   bf16     1000 x 1000/1000 throughput, bf16
 #   fp8      1000 x 1000/1000 throughput, fp8 weights; 1000 x 128/128 with the baseline
 #   overlap  batch-256 decode: throughput and device idle with async scheduling on and off
+#   fp8kv    1000 x 1000/1000 with an fp8 KV cache, bf16 weights and fp8 weights
 set -uo pipefail
 part=$1 out=$2
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 DEEPINFER_TQDM=0
@@ -32,4 +33,7 @@ overlap)
     bench throughput --num-prompts 256 --input-len 1000 --output-len 200 --$mode --profile-steps 30 \
       --profile-skip-steps 160 --output "$out/decode256_$mode.json" | grep -E "deepinfer:|profile of|step split|^ +[0-9.]+ +[0-9.]+ +[0-9.]+  (_decode|nvjet)" | head -12
   done ;;
+fp8kv)
+  bench throughput --kv-cache-dtype fp8 --roofline --output "$out/throughput_1000_bf16_fp8kv.json"
+  bench throughput --kv-cache-dtype fp8 --quantization fp8 --roofline --output "$out/throughput_1000_fp8_fp8kv.json" ;;
 esac

@@ -77,7 +77,7 @@ def engine_model_stats(llm) -> ModelStats:
     worker = llm.engine.worker
     model = worker.model
     arch = model.arch
-    element = torch.tensor([], dtype=llm.engine.dtype).element_size()
+    element = torch.tensor([], dtype=worker.kv_dtype).element_size()
     # keys and values, every KV cache (one per attention layer), every KV head
     kv_bytes = 2 * model.num_kv_caches * arch.num_kv_heads * arch.head_dim * element
     return ModelStats.of(model, kv_bytes)

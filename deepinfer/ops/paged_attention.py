@@ -3,7 +3,8 @@
 Both read keys and values only from the cache, so ``write_kv_cache`` runs first with the new
 tokens. Layout: ``kv_cache`` [2, num_blocks, block_size, kv_heads, head_dim]; request ``b``'s
 tokens live in blocks ``block_tables[b, :]`` (int32, padded with 0); it has ``seq_lens[b]``
-tokens after this step. Grouped-query attention: query head ``h`` reads KV head
+tokens after this step. The cache may be stored in float8 e4m3 (``kv_cache_dtype="fp8"``): keys
+and values are then read back as the query's dtype. Grouped-query attention: query head ``h`` reads KV head
 ``h // (heads // kv_heads)``. ``sliding_window`` w: a query at position p sees keys at
 positions p - w < j <= p.
 
@@ -35,6 +36,14 @@ def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, sliding_window: int | Non
 _decode_memo = StepMemo()
 
 
+def gather_kv(kv_cache: torch.Tensor, index: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """``kv_cache[index]`` in ``dtype``. A float8 cache is indexed through a byte view (torch's
+    CPU indexing has no float8 kernels) and converted after the gather."""
+    if kv_cache.element_size() == 1 and kv_cache.is_floating_point():
+        return kv_cache.view(torch.uint8)[index].view(kv_cache.dtype).to(dtype)
+    return kv_cache[index]
+
+
 def _decode_layout(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
                    sliding_window: int | None):
     """(block ids to gather, visibility mask [B, 1, 1, L], whether some row is padding)."""
@@ -57,7 +66,7 @@ def paged_decode_attention_ref(query: torch.Tensor, kv_cache: torch.Tensor, bloc
         lambda: _decode_layout(block_tables, seq_lens, block_size, sliding_window),
     )
     # One gather for keys and values: [2, B, blocks, block_size, Hk, D] -> [2, B, Hk, L, D].
-    kv = kv_cache[:, blocks].flatten(2, 3).transpose(2, 3)
+    kv = gather_kv(kv_cache, (slice(None), blocks), query.dtype).flatten(2, 3).transpose(2, 3)
     # GQA without repeating keys: the query heads of one KV head act as its query rows.
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
     out = F.scaled_dot_product_attention(grouped, kv[0], kv[1], attn_mask=visible, scale=scale)
@@ -86,7 +95,8 @@ def paged_prefill_attention_ref(query: torch.Tensor, kv_cache: torch.Tensor, blo
         if q1 == q0:
             continue
         blocks = block_tables[b, : -(-ctx // block_size)].long()
-        keys, values = (kv_cache[i, blocks].flatten(0, 1)[:ctx].transpose(0, 1) for i in (0, 1))  # [Hk, ctx, D]
+        keys, values = (gather_kv(kv_cache, (i, blocks), query.dtype).flatten(0, 1)[:ctx].transpose(0, 1)
+                        for i in (0, 1))  # [Hk, ctx, D]
         q_pos = torch.arange(ctx - (q1 - q0), ctx, device=query.device)[:, None]
         visible = _visible(q_pos, torch.arange(ctx, device=query.device)[None, :], sliding_window)
         o = F.scaled_dot_product_attention(query[q0:q1].transpose(0, 1), keys, values, attn_mask=visible,

@@ -34,7 +34,8 @@ class CacheEngine:
     def zero_blocks(self, block_ids: list[int]) -> None:
         if block_ids:
             index = to_device(block_ids, self._buffer.device, torch.long)
-            self._buffer.index_fill_(self.block_dim, index, 0)
+            # Through a byte view: index_fill has no float8 kernels, and all-zero bits are 0.0.
+            self._buffer.view(torch.uint8).index_fill_(self.block_dim, index, 0)
 
     @staticmethod
     def bytes_per_block(num_kv_caches: int, block_size: int, num_kv_heads: int, head_dim: int,

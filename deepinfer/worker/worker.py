@@ -63,9 +63,10 @@ class Worker:
         self.attn_backend = get_attention_backend("paged")
         arch = self.model.arch
         self.block_size = config.cache.block_size
+        self.kv_dtype = config.cache.resolve_kv_dtype(spec.dtype)
         self.num_blocks = self._decide_num_blocks(arch.num_kv_heads, arch.head_dim)
         self.cache_engine = CacheEngine(self.attn_backend, self.model.num_kv_caches, self.num_blocks,
-                                        self.block_size, arch.num_kv_heads, arch.head_dim, spec.dtype, self.device)
+                                        self.block_size, arch.num_kv_heads, arch.head_dim, self.kv_dtype, self.device)
         self.runner = ModelRunner(self.model, self.cache_engine, self.attn_backend, self.block_size,
                                   self.device, spec.eos_token_ids)
         if self.device.type == "cuda" and not config.model.enforce_eager:
@@ -92,7 +93,7 @@ class Worker:
     def _decide_num_blocks(self, num_kv_heads: int, head_dim: int) -> int:
         cache = self.config.cache
         per_block = CacheEngine.bytes_per_block(self.model.num_kv_caches, self.block_size, num_kv_heads, head_dim,
-                                                self.spec.dtype)
+                                                self.kv_dtype)
         if cache.num_kv_blocks is not None:
             num_blocks = cache.num_kv_blocks
         elif self.device.type == "cuda":
@@ -130,7 +131,7 @@ class Worker:
         num_tokens = min(self.config.scheduler.max_num_batched_tokens, self.spec.max_model_len)
         num_blocks = -(-num_tokens // bs)
         dummy = CacheEngine(self.attn_backend, self.model.num_kv_caches, num_blocks + 1, bs, arch.num_kv_heads,
-                            arch.head_dim, self.spec.dtype, self.device)
+                            arch.head_dim, self.kv_dtype, self.device)
         positions = np.arange(num_tokens)
         batch = AttentionBatch(
             query_start_loc=np.array([0, num_tokens]),

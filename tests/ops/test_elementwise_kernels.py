@@ -112,6 +112,19 @@ def test_rotary_reads_a_strided_view_of_qkv():
                                rotary_mod.rotary_embedding_ref(view, positions, cos_sin, True))
 
 
+def test_write_kv_cache_ref_into_fp8_cache():
+    cache = torch.zeros(2, 6, 4, 2, 8, dtype=torch.float8_e4m3fn)
+    key, value = torch.randn(5, 2, 8), torch.randn(5, 2, 8)
+    key[0, 0, 0], value[1, 1, 1] = 1e4, -1e4  # beyond e4m3's range: saturated, not NaN
+    kv_mod.write_kv_cache_ref(key, value, cache, torch.tensor([4, 5, -1, 22, 9]))
+    back = cache.float()
+    assert not back.isnan().any()
+    assert back[0].view(-1, 2, 8)[4, 0, 0] == 448 and back[1].view(-1, 2, 8)[5, 1, 1] == -448
+    got, want = back[0].view(-1, 2, 8)[22], key[3]
+    assert ((got - want).abs() <= want.abs() / 16 + 2 ** -9).all(), "within e4m3 rounding"
+    assert back[0].view(-1, 2, 8)[[0, 1, 2, 3]].eq(0).all(), "untouched slots and the padding token's"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_write_kv_cache_skips_padding_slots(dtype):
     kv_a = torch.zeros(2, 6, 4, 2, 8, dtype=dtype)

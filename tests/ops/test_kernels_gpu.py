@@ -66,6 +66,12 @@ def test_elementwise_ops_bf16():
     k(key, value, cache_a, slots)
     ref(key, value, cache_b, slots)
     assert torch.equal(cache_a, cache_b)
+    fp8 = torch.float8_e4m3fn
+    cache_a, cache_b = (torch.zeros(2, 64, 16, 8, 128, device=dev, dtype=fp8) for _ in range(2))
+    key[0, 0, :4] = torch.tensor([1000.0, -1000.0, 448.0, 0.001])  # saturation and a subnormal
+    k(key, value, cache_a, slots)
+    ref(key, value, cache_b, slots)
+    assert torch.equal(cache_a.view(torch.uint8), cache_b.view(torch.uint8)), "the same e4m3 bits as torch's cast"
 
 
 def _paged_setup(lens, heads=32, kv_heads=8, head_dim=128, block_size=16, dtype=torch.bfloat16):

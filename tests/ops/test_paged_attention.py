@@ -51,7 +51,7 @@ def _tolerance(dtype: torch.dtype) -> dict:
 
 
 def _paged_setup(seq_lens: list[int], block_size: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 gen: torch.Generator, spare_cols: int = 1):
+                 gen: torch.Generator, spare_cols: int = 1, cache_dtype: torch.dtype | None = None):
     """A random cache whose blocks are handed out in shuffled order, the matching block tables
     (padded with 0) and two copies of the cache: ``clean`` for the references and ``poisoned``,
     whose slots owned by no request hold NaN, for the kernels (which must never let them in)."""
@@ -69,13 +69,16 @@ def _paged_setup(seq_lens: list[int], block_size: int, kv_heads: int, head_dim: 
     clean = torch.randn(2, num_blocks, block_size, kv_heads, head_dim, generator=gen).to(dtype)
     poisoned = clean.clone()
     poisoned[:, ~used] = float("nan")
+    if cache_dtype is not None:  # poisoned first: float8 tensors have few CPU kernels
+        clean, poisoned = clean.to(cache_dtype), poisoned.to(cache_dtype)
     return clean.to(DEVICE), poisoned.to(DEVICE), tables.to(DEVICE), torch.tensor(seq_lens, dtype=torch.int32,
                                                                                   device=DEVICE)
 
 
-def _check_decode(seq_lens, group, window, dtype, block_size=16, head_dim=64, kv_heads=2, seed=0):
+def _check_decode(seq_lens, group, window, dtype, block_size=16, head_dim=64, kv_heads=2, seed=0, cache_dtype=None):
     gen = torch.Generator().manual_seed(seed)
-    clean, poisoned, tables, lens = _paged_setup(seq_lens, block_size, kv_heads, head_dim, dtype, gen)
+    clean, poisoned, tables, lens = _paged_setup(seq_lens, block_size, kv_heads, head_dim, dtype, gen,
+                                                 cache_dtype=cache_dtype)
     query = torch.randn(len(seq_lens), kv_heads * group, head_dim, generator=gen).to(dtype).to(DEVICE)
     scale = head_dim ** -0.5
     out = kernels.paged_decode_attention(query, poisoned, tables, lens, scale, window)
@@ -124,12 +127,13 @@ def test_decode_grid_ignores_seq_len_values(small_tiles):
                                paged_decode_attention_ref(query, clean, tables, full, 0.2, None), atol=1e-4, rtol=1e-4)
 
 
-def _check_prefill(requests, group, window, dtype, block_size=16, head_dim=64, kv_heads=2, seed=0):
+def _check_prefill(requests, group, window, dtype, block_size=16, head_dim=64, kv_heads=2, seed=0, cache_dtype=None):
     """requests: (seq_len, query_len) pairs."""
     gen = torch.Generator().manual_seed(seed)
     seq_lens = [s for s, _ in requests]
     qlens = [q for _, q in requests]
-    clean, poisoned, tables, lens = _paged_setup(seq_lens, block_size, kv_heads, head_dim, dtype, gen)
+    clean, poisoned, tables, lens = _paged_setup(seq_lens, block_size, kv_heads, head_dim, dtype, gen,
+                                                 cache_dtype=cache_dtype)
     starts = torch.tensor([0] + qlens, dtype=torch.int32).cumsum(0).to(torch.int32).to(DEVICE)
     query = torch.randn(sum(qlens), kv_heads * group, head_dim, generator=gen).to(dtype).to(DEVICE)
     scale = head_dim ** -0.5
@@ -155,6 +159,16 @@ def test_prefill_matches_reference(small_tiles, group, window, dtype):
 def test_prefill_block_sizes(small_tiles, block_size, head_dim):
     _check_prefill([(50, 20), (9, 9)], group=2, window=None, dtype=torch.float32, block_size=block_size,
                    head_dim=head_dim)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fp8_cache_matches_reference(small_tiles, dtype):
+    # Both read the same float8 cache back in the query's dtype (decode and prefill, GQA, window).
+    fp8 = torch.float8_e4m3fn
+    _check_decode(DECODE_LENS, group=4, window=None, dtype=dtype, cache_dtype=fp8)
+    _check_decode([3, 40, 0, 77], group=2, window=33, dtype=dtype, cache_dtype=fp8)
+    _check_prefill(PREFILL_REQUESTS, group=4, window=None, dtype=dtype, cache_dtype=fp8)
+    _check_prefill([(50, 20), (9, 9)], group=2, window=8, dtype=dtype, cache_dtype=fp8)
 
 
 def test_empty_inputs():
@@ -187,6 +201,11 @@ def test_realistic_shapes_on_gpu(dtype):
     _check_prefill([(1000, 300), (257, 257), (3000, 1), (40, 0), (700, 64)], group=4, window=None, dtype=dtype,
                    head_dim=128, kv_heads=8)
     _check_prefill([(1000, 300), (257, 257), (3000, 1)], group=8, window=200, dtype=dtype, head_dim=128, kv_heads=4)
+    fp8 = torch.float8_e4m3fn
+    _check_decode([1, 16, 257, 1500, 0, 3000], group=4, window=None, dtype=dtype, head_dim=128, kv_heads=8,
+                  cache_dtype=fp8)
+    _check_prefill([(1000, 300), (257, 257), (3000, 1)], group=4, window=None, dtype=dtype, head_dim=128, kv_heads=8,
+                   cache_dtype=fp8)
 
 
 @pytest.mark.gpu
