@@ -100,3 +100,31 @@ def test_cuda_fp8_weights_run_and_track_bf16(tiny_checkpoints):
     long = fp8.generate(prompts(), SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True),
                         use_tqdm=False)
     assert all(len(o.outputs[0].token_ids) == NEW_TOKENS for o in long)
+
+
+def test_launching_a_step_never_waits_for_the_device(tiny_checkpoints):
+    """Zero-overhead scheduling needs a launch path with no host-device sync: scheduling, input
+    preparation, the forward pass (eager prefill and graph decode) and the sampler (penalties,
+    top-k/p, min-p, logprobs, seeded draws) run under torch's sync debug mode set to raise; only
+    reading the sampled ids back (outside the check) may wait."""
+    llm = LLM(tiny_checkpoints["llama"], max_model_len=128, num_kv_blocks=256, max_num_seqs=8)
+    worker = llm.engine.worker
+    launch = worker.execute_model
+    warm = SamplingParams(temperature=0.8, top_k=20, max_tokens=4, seed=1, logprobs=2)
+    llm.generate(prompts()[:2], warm, use_tqdm=False)  # compile kernels before checking
+
+    def checked(scheduled):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return launch(scheduled)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+
+    worker.execute_model = checked
+    params = [SamplingParams(temperature=0, max_tokens=12),
+              SamplingParams(temperature=0.9, top_p=0.9, max_tokens=12, seed=3, logprobs=3),
+              SamplingParams(temperature=1.1, min_p=0.05, repetition_penalty=1.2, frequency_penalty=0.3,
+                             max_tokens=12, seed=4),
+              SamplingParams(temperature=0.7, top_k=10, presence_penalty=0.5, min_tokens=5, max_tokens=12, seed=5)]
+    outs = llm.generate(prompts()[:4], params, use_tqdm=False)
+    assert [len(o.outputs[0].token_ids) for o in outs] == [12, 12, 12, 12]

@@ -2,9 +2,14 @@
 
 Order of operations: penalties on the raw logits, then min_tokens suppression, then
 temperature, top_k, top_p and min_p, then a draw. Greedy rows take the argmax of the penalized
-logits. Random rows draw with the "exponential race" (argmax of p / E with E ~ Exp(1)), which
-samples exactly from p; each row's noise comes from a generator seeded by that request's seed
-and the token's position, so a seeded request gives the same tokens whatever batch it is in.
+logits. Random rows draw with the "exponential race" (``ops.exponential_race``: argmax of p / E
+with E ~ Exp(1), which samples exactly from p), its noise a pure function of the row's key (the
+request's seed and the token's position): a seeded request gives the same tokens whatever batch
+it is in.
+
+Every step is a batched tensor operation whose shape and branches are decided from host-side
+facts (which rows are greedy, which use top-k, ...), so sampling never waits for the device:
+its only host sync is the engine reading the sampled ids a step later.
 
 Log-probabilities are those of the model's raw distribution (before penalties, temperature
 and truncation), like vLLM's default.
@@ -15,6 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from deepinfer import ops
+from deepinfer.transfer import to_device
 
 
 @dataclass
@@ -33,7 +42,7 @@ class SamplingBatch:
     """Per-row sampling parameters of one step, already on the logits' device."""
 
     seeds: list[int | None]
-    """Per row: the seed of this row's noise (see ``row_seed``), None for greedy rows."""
+    """Per row: the key of this row's noise (see ``row_seed``), None for greedy rows."""
     penalties: dict[int, RowPenalties]
     suppressed: dict[int, list[int]]
     """Row -> token ids that may not be sampled yet (EOS / stop tokens before min_tokens)."""
@@ -45,6 +54,10 @@ class SamplingBatch:
     """[B] long; 0 = off."""
     top_p: torch.Tensor | None = None
     min_p: torch.Tensor | None = None
+    uses_top_k_top_p: bool = True
+    """Host-side: some row has top_k > 0 or top_p < 1 (else the sort is skipped)."""
+    uses_min_p: bool = True
+    """Host-side: some row has min_p > 0."""
 
     @property
     def all_greedy(self) -> bool:
@@ -66,19 +79,26 @@ class SamplerOutput:
 
 class Sampler:
     def __init__(self, device: torch.device | str) -> None:
-        # One generator, re-seeded per row: each row's noise depends only on its own seed.
-        self.generator = torch.Generator(device=device)
+        self.device = torch.device(device)
 
     def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
         raw_logprobs = logits.log_softmax(-1) if batch.num_logprobs is not None else None
         logits = self._apply_penalties(logits, batch)
-        for row, token_ids in batch.suppressed.items():
-            logits[row, token_ids] = float("-inf")
+        if batch.suppressed:
+            rows = [r for r, ids in batch.suppressed.items() for _ in ids]
+            ids = [t for ids in batch.suppressed.values() for t in ids]
+            logits = logits.index_put((to_device(rows, logits.device, torch.long),
+                                       to_device(ids, logits.device, torch.long)),
+                                      torch.full((), float("-inf"), device=logits.device))
         sampled = logits.argmax(-1)
         if not batch.all_greedy:
-            random_rows = torch.tensor([seed is not None for seed in batch.seeds], device=logits.device)
-            drawn = self._draw(logits, batch)
-            sampled = torch.where(random_rows, drawn, sampled)
+            random_rows = [i for i, seed in enumerate(batch.seeds) if seed is not None]
+            keys = to_device([batch.seeds[i] for i in random_rows], logits.device, torch.long)
+            if len(random_rows) == len(batch.seeds):
+                sampled = self._draw(logits, batch, keys)
+            else:
+                index = to_device(random_rows, logits.device, torch.long)
+                sampled = sampled.index_copy(0, index, self._draw(logits, batch, keys, index))
         out = SamplerOutput(sampled)
         if raw_logprobs is not None:
             n = batch.num_logprobs
@@ -89,37 +109,43 @@ class Sampler:
 
     @staticmethod
     def _apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+        """All penalized rows at once: token counts by scatter-add over padded id lists."""
         if not batch.penalties:
             return logits
-        logits = logits.clone()
-        vocab = logits.shape[-1]
-        for row, p in batch.penalties.items():
-            if p.repetition != 1.0:
-                seen = torch.cat((p.prompt_token_ids, p.output_token_ids)).unique()
-                vals = logits[row, seen]
-                logits[row, seen] = torch.where(vals > 0, vals / p.repetition, vals * p.repetition)
-            if p.presence or p.frequency:
-                counts = torch.bincount(p.output_token_ids, minlength=vocab).to(logits.dtype)
-                logits[row] -= p.frequency * counts + p.presence * (counts > 0).to(logits.dtype)
-        return logits
+        dev, vocab = logits.device, logits.shape[-1]
+        rows = list(batch.penalties)
+        pens = list(batch.penalties.values())
+        index = to_device(rows, dev, torch.long)
+        pad = vocab  # an extra column that the padding counts into, then dropped
 
-    def _draw(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-        temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)
-        logits = logits / temperature[:, None]
-        if bool((batch.top_k > 0).any()) or bool((batch.top_p < 1).any()):
-            logits = _top_k_top_p(logits, batch.top_k, batch.top_p)
+        def table(seqs: list[torch.Tensor]) -> torch.Tensor:
+            ids = pad_sequence([t.to(dev, torch.long) for t in seqs], batch_first=True, padding_value=pad)
+            counts = torch.zeros(len(seqs), vocab + 1, dtype=logits.dtype, device=dev)
+            return counts.scatter_add_(1, ids, torch.ones_like(ids, dtype=logits.dtype))[:, :vocab]
+
+        out_counts = table([p.output_token_ids for p in pens])
+        seen = (table([p.prompt_token_ids for p in pens]) + out_counts) > 0
+        rep, presence, frequency = (to_device([float(getattr(p, f)) for p in pens], dev, logits.dtype)[:, None]
+                                    for f in ("repetition", "presence", "frequency"))
+        vals = logits.index_select(0, index)
+        vals = torch.where(seen & (rep != 1.0), torch.where(vals > 0, vals / rep, vals * rep), vals)
+        vals = vals - (frequency * out_counts + presence * (out_counts > 0).to(logits.dtype))
+        return logits.index_copy(0, index, vals)
+
+    @staticmethod
+    def _draw(logits: torch.Tensor, batch: SamplingBatch, keys: torch.Tensor,
+              index: torch.Tensor | None = None) -> torch.Tensor:
+        """Draws for the random rows (``index``, or all rows)."""
+        pick = (lambda t: t) if index is None else (lambda t: t.index_select(0, index))
+        logits, temperature = pick(logits), pick(batch.temperature)
+        logits = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]
+        if batch.uses_top_k_top_p:
+            logits = _top_k_top_p(logits, pick(batch.top_k), pick(batch.top_p))
         probs = logits.softmax(-1)
-        if bool((batch.min_p > 0).any()):
-            threshold = batch.min_p[:, None] * probs.amax(-1, keepdim=True)
+        if batch.uses_min_p:
+            threshold = pick(batch.min_p)[:, None] * probs.amax(-1, keepdim=True)
             probs = probs.masked_fill(probs < threshold, 0.0)
-        noise = torch.empty_like(probs)
-        for row, seed in enumerate(batch.seeds):
-            if seed is None:
-                noise[row] = 1.0
-            else:
-                self.generator.manual_seed(seed)
-                noise[row].exponential_(generator=self.generator)
-        return (probs / noise).argmax(-1)
+        return ops.exponential_race(probs, keys)
 
 
 def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ OP_NAMES: tuple[str, ...] = (
     "silu_and_mul",
     "quantize_fp8_per_token",
     "gemv",
+    "exponential_race",
 )
 
 # Module of each op, under deepinfer/ops/ (public function and reference) and under
@@ -40,6 +41,7 @@ OP_MODULES = {
     "silu_and_mul": "silu_and_mul",
     "quantize_fp8_per_token": "quantize_fp8",
     "gemv": "gemv",
+    "exponential_race": "exponential_race",
 }
 
 

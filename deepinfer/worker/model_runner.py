@@ -218,6 +218,9 @@ class ModelRunner:
             num_logprobs=max(wanted) if wanted else None,
         )
         if not batch.all_greedy:
+            random = [p for p in params if not p.greedy]
+            batch.uses_top_k_top_p = any(p.top_k > 0 or p.top_p < 1 for p in random)
+            batch.uses_min_p = any(p.min_p > 0 for p in random)
             batch.temperature = to_device([float(p.temperature) for p in params], dev, torch.float32)
             batch.top_k = to_device([int(p.top_k) for p in params], dev, torch.long)
             batch.top_p = to_device([float(p.top_p) for p in params], dev, torch.float32)

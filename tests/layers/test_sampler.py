@@ -19,6 +19,8 @@ def batch(rows, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seeds=None, pena
         top_k=torch.full((rows,), top_k, dtype=torch.long),
         top_p=torch.full((rows,), float(top_p)),
         min_p=torch.full((rows,), float(min_p)),
+        uses_top_k_top_p=top_k > 0 or top_p < 1,
+        uses_min_p=min_p > 0,
     )
 
 
@@ -77,3 +79,49 @@ def test_logprobs_are_of_the_raw_distribution():
     assert torch.allclose(out.top_logprobs, expected[:, :2])
     assert out.top_token_ids.tolist() == [[0, 1]]
     assert out.sampled_rank.tolist() == [1]
+
+
+# ---- the draw follows the exact filtered distribution (total variation over 50,000 draws) -----
+VOCAB_LOGITS = torch.tensor([[2.0, 1.5, 1.2, 1.0, 0.7, 0.3, 0.0, -0.5, -1.0, -2.0]])
+
+
+def _tv(samples: torch.Tensor, target: torch.Tensor) -> float:
+    freq = torch.bincount(samples, minlength=target.numel()).float() / samples.numel()
+    return 0.5 * (freq - target).abs().sum().item()
+
+
+def _filtered(keep: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    p = (VOCAB_LOGITS[0] / temperature).softmax(-1) * keep
+    return p / p.sum()
+
+
+def test_top_k_draws_match_the_renormalized_top_k():
+    probs = VOCAB_LOGITS[0].softmax(-1)
+    keep = torch.zeros(10)
+    keep[probs.topk(4).indices] = 1
+    got = draws(VOCAB_LOGITS, n=50_000, top_k=4, temperature=0.8)
+    assert set(got.tolist()) <= set(probs.topk(4).indices.tolist())
+    assert _tv(got, _filtered(keep, 0.8)) < 0.02
+
+
+def test_top_p_draws_match_the_nucleus():
+    p = VOCAB_LOGITS[0].softmax(-1)  # sorted descending already
+    mass_before = p.cumsum(0) - p
+    keep = (mass_before < 0.75).float()  # the smallest prefix whose mass reaches 0.75
+    got = draws(VOCAB_LOGITS, n=50_000, top_p=0.75)
+    assert _tv(got, _filtered(keep)) < 0.02
+    assert keep.sum() < 10 and set(got.tolist()) == set(torch.nonzero(keep).flatten().tolist())
+
+
+def test_min_p_draws_match_the_thresholded_distribution():
+    p = VOCAB_LOGITS[0].softmax(-1)
+    keep = (p >= 0.1 * p.max()).float()
+    got = draws(VOCAB_LOGITS, n=50_000, min_p=0.1)
+    assert _tv(got, _filtered(keep)) < 0.02
+    assert set(got.tolist()) == set(torch.nonzero(keep).flatten().tolist())
+
+
+def test_unfiltered_draws_match_softmax_and_a_wrong_target_is_caught():
+    got = draws(VOCAB_LOGITS, n=50_000)
+    assert _tv(got, VOCAB_LOGITS[0].softmax(-1)) < 0.02
+    assert _tv(got, (VOCAB_LOGITS[0] * 1.3).softmax(-1)) > 0.02, "the test can tell a slightly different distribution"

@@ -135,3 +135,20 @@ def test_write_kv_cache_skips_padding_slots(dtype):
     kv_mod.write_kv_cache_ref(key, value, kv_b, slots)
     assert torch.equal(kv_a, kv_b)
     assert torch.equal(kv_a[0].view(-1, 2, 8)[22], key[3]) and torch.equal(kv_a[1].view(-1, 2, 8)[9], value[4])
+
+
+def test_exponential_race_kernel_matches_reference():
+    from deepinfer.ops.exponential_race import exponential_race_ref, race_noise_ref
+    from deepinfer.ops.triton.exponential_race import exponential_race
+    from deepinfer.worker.model_runner import row_seed
+
+    assert inspect.signature(exponential_race) == inspect.signature(exponential_race_ref)
+    keys = torch.tensor([row_seed(s, i) for s in range(6) for i in range(6)], dtype=torch.long)
+    probs = torch.randn(36, 5000).softmax(-1)  # more than one 4096-wide tile per row
+    probs[3, :] = 0.0
+    probs[3, 4500] = 1.0  # a row with one possible token, in the second tile
+    got = exponential_race(probs, keys)
+    assert torch.equal(got, exponential_race_ref(probs, keys)) and got[3] == 4500
+    noise = race_noise_ref(keys, 5000)
+    assert bool((noise > 0).all()) and bool(noise.isfinite().all())
+    assert abs(noise.mean().item() - 1.0) < 0.01, "Exp(1) has mean 1"
