@@ -127,14 +127,15 @@ class SchedulerConfig:
     """Most requests running at once (each also holds one state slot)."""
     max_num_batched_tokens: int = 2048
     """Token budget of one step, shared by prefill chunks and decodes; longer prompts are chunked."""
-    async_scheduling: bool = True
+    async_scheduling: bool | None = None
     """Zero-overhead scheduling: schedule and launch step N+1 before reading step N's tokens, so
     the host's scheduling and output processing overlap the device's work. Outputs are the same
-    either way; a request that stops on EOS or a stop string costs one discarded step."""
+    either way; a request that stops on EOS or a stop string costs one discarded step. None: the
+    environment variable DEEPINFER_ZERO_OVERHEAD_SCHEDULING decides (on unless set to 0)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.async_scheduling, bool):
-            raise _bad("async_scheduling", "true or false", self.async_scheduling)
+        if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):
+            raise _bad("async_scheduling", "true, false or None", self.async_scheduling)
         _positive_int("max_num_seqs", self.max_num_seqs)
         _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
 

@@ -70,6 +70,13 @@ _DECLARED: tuple[EnvVar, ...] = (
         "Threads torch uses for CPU execution; 0 leaves torch's default (one per core).",
     ),
     EnvVar(
+        "DEEPINFER_ZERO_OVERHEAD_SCHEDULING",
+        bool,
+        True,
+        "Default of SchedulerConfig.async_scheduling when it is not given: schedule and launch step N+1 "
+        "before reading step N's tokens (1) or run steps one at a time (0).",
+    ),
+    EnvVar(
         "DEEPINFER_KERNEL_BACKEND",
         str,
         "auto",

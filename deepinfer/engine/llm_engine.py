@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from deepinfer import envs
 from deepinfer.config import EngineConfig
 from deepinfer.default_model import embedded_model_path
 from deepinfer.engine.kv_manager import KVManager
@@ -116,7 +117,8 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self._request_counter = itertools.count()
         self.step_timings = StepTimings()
-        self.async_scheduling = config.scheduler.async_scheduling
+        self.async_scheduling = (envs.DEEPINFER_ZERO_OVERHEAD_SCHEDULING if config.scheduler.async_scheduling is None
+                                 else config.scheduler.async_scheduling)
         self._in_flight: tuple[SchedulerOutput, PendingStep] | None = None
         """The launched step whose tokens the host has not processed yet (zero-overhead scheduling)."""
         logger.info("engine ready: %s (%s, %s, max_model_len=%d)", model_path, dtype, device, self.max_model_len)

@@ -116,3 +116,12 @@ def test_async_runs_one_step_ahead(tiny_llama):
         lengths.append(len(outs[0].outputs[0].token_ids) if outs else 0)
     assert lengths == [0, 1, 2, 3]
     assert engine.step_timings.steps == 3, "three model steps for three tokens; the fourth call launched nothing"
+
+
+def test_environment_variable_sets_the_default(tiny_llama, monkeypatch):
+    monkeypatch.setenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING", "0")
+    assert not LLMEngine(EngineConfig.from_kwargs(model=tiny_llama, max_model_len=64)).async_scheduling
+    explicit = LLMEngine(EngineConfig.from_kwargs(model=tiny_llama, max_model_len=64, async_scheduling=True))
+    assert explicit.async_scheduling, "the config field wins over the variable"
+    monkeypatch.delenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING")
+    assert LLMEngine(EngineConfig.from_kwargs(model=tiny_llama, max_model_len=64)).async_scheduling
