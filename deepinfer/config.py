@@ -54,6 +54,12 @@ class ModelConfig:
     a block-scaled FP8 checkpoint)."""
     enforce_eager: bool = False
     """Run every step eagerly; by default decode steps on CUDA replay captured CUDA graphs."""
+    batch_invariant: bool | None = None
+    """A request's logits (and so its tokens) are bitwise the same whatever batch it runs in: every
+    matmul reduces in one fixed order per row (fixed tiles, no split-K), and attention runs every
+    query token, prefill or decode, through the same fixed-split decode reduction. Costs speed:
+    CPU matmuls about 1-2.5x, attention of long prompts much more (each prompt token reads its
+    keys on its own). Not with quantization. None: DEEPINFER_BATCH_INVARIANT decides (off unless 1)."""
 
     def __post_init__(self) -> None:
         if self.model is not None and not isinstance(self.model, str):
@@ -69,6 +75,15 @@ class ModelConfig:
             raise _bad("quantization", "None or fp8", self.quantization)
         if not isinstance(self.enforce_eager, bool):
             raise _bad("enforce_eager", "a bool", self.enforce_eager)
+        if self.batch_invariant is not None and not isinstance(self.batch_invariant, bool):
+            raise _bad("batch_invariant", "true, false or None", self.batch_invariant)
+        if self.batch_invariant and self.quantization is not None:
+            raise ValueError(f"batch_invariant does not support quantization={self.quantization!r}; turn one off")
+
+    def resolve_batch_invariant(self) -> bool:
+        from deepinfer import envs
+
+        return envs.DEEPINFER_BATCH_INVARIANT if self.batch_invariant is None else self.batch_invariant
         if isinstance(self.max_logprobs, bool) or not isinstance(self.max_logprobs, int) or self.max_logprobs < 0:
             raise _bad("max_logprobs", "an integer >= 0", self.max_logprobs)
 

@@ -77,6 +77,13 @@ _DECLARED: tuple[EnvVar, ...] = (
         "before reading step N's tokens (1) or run steps one at a time (0).",
     ),
     EnvVar(
+        "DEEPINFER_BATCH_INVARIANT",
+        bool,
+        False,
+        "Default of ModelConfig.batch_invariant when it is not given: bitwise the same logits for a request "
+        "whatever batch it runs in (1), at a cost in speed.",
+    ),
+    EnvVar(
         "DEEPINFER_KERNEL_BACKEND",
         str,
         "auto",

@@ -128,3 +128,17 @@ def test_launching_a_step_never_waits_for_the_device(tiny_checkpoints):
               SamplingParams(temperature=0.7, top_k=10, presence_penalty=0.5, min_tokens=5, max_tokens=12, seed=5)]
     outs = llm.generate(prompts()[:4], params, use_tqdm=False)
     assert [len(o.outputs[0].token_ids) for o in outs] == [12, 12, 12, 12]
+
+
+def test_batch_invariant_mode_on_gpu(tiny_checkpoints):
+    """Bitwise-identical logprobs for a prompt alone and inside batches (CUDA graphs on)."""
+    llm = LLM(tiny_checkpoints["llama"], max_model_len=128, num_kv_blocks=256, max_num_seqs=8, batch_invariant=True,
+              dtype="bfloat16", max_num_batched_tokens=16)
+    params = SamplingParams(temperature=0, max_tokens=16, logprobs=5)
+    ps = prompts()[:4]
+    alone = [llm.generate([p], params, use_tqdm=False)[0] for p in ps]
+    together = llm.generate(ps[::-1] + ps[:2], params, use_tqdm=False)[:4][::-1]
+    for a, t in zip(alone, together):
+        assert a.outputs[0].token_ids == t.outputs[0].token_ids
+        assert [{k: v.logprob for k, v in d.items()} for d in a.outputs[0].logprobs] == \
+               [{k: v.logprob for k, v in d.items()} for d in t.outputs[0].logprobs]

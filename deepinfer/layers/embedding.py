@@ -31,8 +31,8 @@ class LMHead(nn.Module):
         self.tied = tied_to is not None
         self.method: LinearMethod | None = None
 
-    def process_weights_after_loading(self) -> None:
-        self.method = choose_linear_method(self.weight, None)
+    def process_weights_after_loading(self, batch_invariant: bool = False) -> None:
+        self.method = choose_linear_method(self.weight, None, batch_invariant=batch_invariant)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = F.linear(hidden, self.weight) if self.method is None else self.method(hidden)

@@ -49,8 +49,23 @@ class OneDNNPackedLinearMethod(LinearMethod):
                 and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
+class BatchInvariantLinearMethod(LinearMethod):
+    """Batch-invariant mode: every output row depends only on its input row (``ops.linear_batch_invariant``)."""
+
+    name = "batch_invariant"
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        out = ops.linear_batch_invariant(x.reshape(-1, shape[-1]), self.weight, self.bias)
+        return out.view(*shape[:-1], out.shape[-1])
+
+
 def choose_linear_method(weight: torch.Tensor, bias: torch.Tensor | None,
-                         quantization: str | None = None) -> LinearMethod:
+                         quantization: str | None = None, batch_invariant: bool = False) -> LinearMethod:
+    if batch_invariant:
+        if quantization is not None:
+            raise ValueError(f"batch_invariant does not support quantization={quantization!r}; turn one off")
+        return BatchInvariantLinearMethod(weight, bias)
     if quantization == "fp8":
         from deepinfer.layers.quantization.fp8 import FP8RowwiseLinearMethod
 
@@ -81,8 +96,8 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out, dtype=dtype), requires_grad=False) if bias else None
         self.method: LinearMethod | None = None
 
-    def process_weights_after_loading(self, quantization: str | None = None) -> None:
-        self.method = choose_linear_method(self.weight, self.bias, quantization)
+    def process_weights_after_loading(self, quantization: str | None = None, batch_invariant: bool = False) -> None:
+        self.method = choose_linear_method(self.weight, self.bias, quantization, batch_invariant)
         if self.method.weight is not self.weight:
             # The method keeps its own copy (packed or quantized): free the checkpoint-format one.
             self.weight.data = torch.empty(0, dtype=self.weight.dtype, device=self.weight.device)
@@ -104,11 +119,12 @@ class Linear(nn.Module):
         return slice(start, start + self.output_sizes[shard])
 
 
-def process_weights_after_loading(model: nn.Module, quantization: str | None = None) -> None:
+def process_weights_after_loading(model: nn.Module, quantization: str | None = None,
+                                  batch_invariant: bool = False) -> None:
     """Turn every linear layer's loaded checkpoint weights into their run-time form
     (``quantization`` applies to the Linear layers, not to the LM head)."""
     for module in model.modules():
         if isinstance(module, Linear):
-            module.process_weights_after_loading(quantization)
+            module.process_weights_after_loading(quantization, batch_invariant)
         elif module is not model and hasattr(module, "process_weights_after_loading"):
-            module.process_weights_after_loading()
+            module.process_weights_after_loading(batch_invariant=batch_invariant)

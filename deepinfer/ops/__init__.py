@@ -5,6 +5,7 @@
 from deepinfer.ops.dispatch import OP_NAMES, backend_name, get_op, verify_backends
 from deepinfer.ops.exponential_race import exponential_race
 from deepinfer.ops.gemv import gemv
+from deepinfer.ops.linear_batch_invariant import linear_batch_invariant
 from deepinfer.ops.quantize_fp8 import quantize_fp8_per_token
 from deepinfer.ops.paged_attention import paged_decode_attention, paged_prefill_attention
 from deepinfer.ops.rms_norm import rms_norm
@@ -15,6 +16,6 @@ from deepinfer.ops.write_kv_cache import write_kv_cache
 verify_backends()  # a backend with a missing, extra or duplicate op fails here, at import
 
 __all__ = [
-    "OP_NAMES", "backend_name", "exponential_race", "gemv", "get_op", "paged_decode_attention", "paged_prefill_attention", "quantize_fp8_per_token", "rms_norm",
+    "OP_NAMES", "backend_name", "exponential_race", "gemv", "get_op", "linear_batch_invariant", "paged_decode_attention", "paged_prefill_attention", "quantize_fp8_per_token", "rms_norm",
     "rotary_embedding", "silu_and_mul", "write_kv_cache",
 ]

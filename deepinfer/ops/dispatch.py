@@ -28,6 +28,7 @@ OP_NAMES: tuple[str, ...] = (
     "quantize_fp8_per_token",
     "gemv",
     "exponential_race",
+    "linear_batch_invariant",
 )
 
 # Module of each op, under deepinfer/ops/ (public function and reference) and under
@@ -42,6 +43,7 @@ OP_MODULES = {
     "quantize_fp8_per_token": "quantize_fp8",
     "gemv": "gemv",
     "exponential_race": "exponential_race",
+    "linear_batch_invariant": "linear_batch_invariant",
 }
 
 

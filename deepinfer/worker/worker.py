@@ -59,8 +59,10 @@ class Worker:
         self.device = spec.device
         if self.device.type == "cpu" and envs.DEEPINFER_CPU_THREADS > 0:
             torch.set_num_threads(envs.DEEPINFER_CPU_THREADS)
+        self.batch_invariant = config.model.resolve_batch_invariant()
         self.model = self._load_model(checkpoint)
         self.attn_backend = get_attention_backend("paged")
+        self.attn_backend.batch_invariant = self.batch_invariant
         arch = self.model.arch
         self.block_size = config.cache.block_size
         self.kv_dtype = config.cache.resolve_kv_dtype(spec.dtype)
@@ -87,7 +89,8 @@ class Worker:
             if envs.DEEPINFER_TQDM:
                 weights = tqdm(weights, desc="Loading weights", unit=" tensors", leave=False)
             model.load_weights(weights)
-        process_weights_after_loading(model, self.config.model.quantization or checkpoint_quantization(self.spec.hf_config))
+        process_weights_after_loading(model, self.config.model.quantization or checkpoint_quantization(self.spec.hf_config),
+                                      self.batch_invariant)
         return model.eval()
 
     def _decide_num_blocks(self, num_kv_heads: int, head_dim: int) -> int:

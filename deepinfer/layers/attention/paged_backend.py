@@ -53,15 +53,32 @@ def block_table_array(block_tables: list[list[int]], width: int | None = None) -
     return table
 
 
+def per_token_batch(batch: AttentionBatch) -> AttentionBatch:
+    """The same step with every query token as its own one-token "request" (its request's block
+    table, its own position + 1 as length): batch-invariant mode runs all tokens through the decode
+    reduction, so a token's attention does not depend on how its prompt was chunked or batched."""
+    counts = np.diff(batch.query_start_loc)
+    owner = np.repeat(np.arange(len(counts)), counts)
+    within = np.arange(int(batch.query_start_loc[-1])) - np.repeat(batch.query_start_loc[:-1], counts)
+    seq_lens = (np.repeat(batch.seq_lens - counts, counts) + within + 1).astype(np.int64)
+    return AttentionBatch(query_start_loc=np.arange(len(owner) + 1), seq_lens=seq_lens,
+                          block_tables=[batch.block_tables[i] for i in owner], slot_mapping=batch.slot_mapping,
+                          num_decodes=len(owner), block_size=batch.block_size)
+
+
 class PagedAttentionBackend(AttentionBackend):
     name = "paged"
     kv_cache_block_dim = 1
+    batch_invariant = False
+    """Set by the worker in batch-invariant mode (see ``per_token_batch``)."""
 
     def kv_cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
         return (2, num_blocks, block_size, num_kv_heads, head_dim)
 
     def build_metadata(self, batch: AttentionBatch, kv_caches: list[torch.Tensor],
                        device: torch.device) -> PagedAttentionMetadata:
+        if self.batch_invariant and batch.num_decodes < batch.num_requests:
+            batch = per_token_batch(batch)
         nd = batch.num_decodes
         prefill_starts = batch.query_start_loc[nd:] - batch.query_start_loc[nd]
         return PagedAttentionMetadata(
