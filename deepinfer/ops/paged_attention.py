@@ -8,10 +8,10 @@ and values are then read back as the query's dtype. Grouped-query attention: que
 ``h // (heads // kv_heads)``. ``sliding_window`` w: a query at position p sees keys at
 positions p - w < j <= p.
 
-The prefill reference gathers each request's blocks into a dense tensor and calls
+The references gather each request's blocks into a dense tensor and call
 ``F.scaled_dot_product_attention`` (torch's fused CPU/GPU kernel is the best tool for dense
-attention; the gather is what a paged kernel avoids). The decode reference reduces keys in the
-same fixed splits as the Triton kernel, which makes it batch-invariant.
+attention; the gather is what a paged kernel avoids). In batch-invariant mode the decode
+reference reduces keys in the same fixed splits as the Triton kernel instead.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from deepinfer.ops.dispatch import get_op
+from deepinfer.ops.step_memo import StepMemo
 
 DECODE_SPLIT_SIZE = 256
 """Keys per split of the split-KV decode kernel. Fixed (not tuned per batch) so that a
@@ -35,6 +36,9 @@ def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, sliding_window: int | Non
 
 
 
+_decode_memo = StepMemo()
+
+
 def gather_kv(kv_cache: torch.Tensor, index: tuple, dtype: torch.dtype) -> torch.Tensor:
     """``kv_cache[index]`` in ``dtype``. A float8 cache is indexed through a byte view (torch's
     CPU indexing has no float8 kernels) and converted after the gather."""
@@ -43,57 +47,99 @@ def gather_kv(kv_cache: torch.Tensor, index: tuple, dtype: torch.dtype) -> torch
     return kv_cache[index].to(dtype)
 
 
-def paged_decode_attention_ref(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
-                               seq_lens: torch.Tensor, scale: float, sliding_window: int | None) -> torch.Tensor:
-    """Split-KV like the Triton kernel: keys in fixed splits of DECODE_SPLIT_SIZE from position 0,
-    each reduced on its own (a fixed-shape matmul and fixed-length max/sum), then merged in
-    order. A split past a row's length (or before its window) changes nothing bit for bit
-    (weight exp(-inf) = 0, rescale exp(0) = 1), so a row's result does not depend on the longest
-    row of its batch: the reference is batch-invariant."""
-    batch, heads, head_dim = query.shape
-    kv_heads, block_size = kv_cache.shape[-2], kv_cache.shape[2]
-    if batch == 0 or not bool(seq_lens.any()):
-        return torch.zeros_like(query)
-    group = heads // kv_heads
+def _split_layout(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
+                  sliding_window: int | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per split of DECODE_SPLIT_SIZE keys: the block ids to gather [B, blocks] and which of its
+    keys each row sees [B, 1, 1, split]. The same for every layer of a step (memoized)."""
+    batch = block_tables.shape[0]
     split = max(DECODE_SPLIT_SIZE, block_size)
     blocks_per_split = split // block_size
-    num_splits = -(-int(seq_lens.max()) // split)
     lens = seq_lens.long()[:, None, None, None]
-    q = query.reshape(batch, kv_heads, group, head_dim).float()
-    dev = query.device
-    m = torch.full((batch, kv_heads, group, 1), float("-inf"), device=dev)
-    l = torch.zeros((batch, kv_heads, group, 1), device=dev)
-    acc = torch.zeros((batch, kv_heads, group, head_dim), device=dev)
-    for s in range(num_splits):
+    layout = []
+    for s in range(-(-int(seq_lens.max()) // split)):
         cols = block_tables[:, s * blocks_per_split:(s + 1) * blocks_per_split].long()
         if cols.shape[1] < blocks_per_split:  # the table ends inside this split: pad with the null block
             cols = torch.cat((cols, cols.new_zeros(batch, blocks_per_split - cols.shape[1])), 1)
+        pos = torch.arange(s * split, (s + 1) * split, device=seq_lens.device)[None, None, None, :]
+        layout.append((cols, _visible(lens - 1, pos, sliding_window) & (pos < lens)))
+    return layout
+
+
+def _split_decode_attention(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
+                            seq_lens: torch.Tensor, scale: float, sliding_window: int | None) -> torch.Tensor:
+    """Split-KV like the Triton kernel: keys in fixed splits of DECODE_SPLIT_SIZE from position 0,
+    each reduced on its own (a fixed-shape matmul and fixed-length max/sum), then merged in
+    order. A split past a row's length (or before its window) changes nothing bit for bit
+    (weight exp(-inf) = 0, rescale exp(0) = 1), and a lone split is merged by the same
+    arithmetic (x * 1 + 0), so a row's result does not depend on the longest row of its batch:
+    the reference is batch-invariant."""
+    batch, heads, head_dim = query.shape
+    kv_heads, block_size = kv_cache.shape[-2], kv_cache.shape[2]
+    layout = _decode_memo.get((block_tables, seq_lens, block_size, sliding_window, "splits"),
+                              lambda: _split_layout(block_tables, seq_lens, block_size, sliding_window))
+    q = query.reshape(batch, kv_heads, heads // kv_heads, head_dim).float()
+    m = l = acc = None
+    for cols, visible in layout:
         kv = gather_kv(kv_cache, (slice(None), cols), torch.float32).flatten(2, 3).permute(0, 1, 3, 2, 4)
-        pos = torch.arange(s * split, (s + 1) * split, device=dev)[None, None, None, :]
-        visible = _visible(lens - 1, pos, sliding_window) & (pos < lens)
-        scores = torch.matmul(q, kv[0].transpose(-1, -2)) * scale  # [B, Hk, G, split]
-        scores = scores.masked_fill(~visible, float("-inf"))
+        scores = (torch.matmul(q, kv[0].transpose(-1, -2)) * scale).masked_fill(~visible, float("-inf"))
         m_s = scores.amax(-1, keepdim=True)
         p = torch.exp(scores - torch.where(m_s > float("-inf"), m_s, 0.0))
-        l_s = p.sum(-1, keepdim=True)
-        o_s = torch.matmul(p, kv[1]) / torch.where(l_s > 0, l_s, 1.0)
+        l_s, pv = p.sum(-1, keepdim=True), torch.matmul(p, kv[1])  # unnormalized: merged exactly below
+        if m is None:
+            m, l, acc = m_s, l_s, pv
+            continue
         m_new = torch.maximum(m, m_s)
         finite = torch.where(m_new > float("-inf"), m_new, 0.0)
-        w_old, w_new = torch.exp(m - finite), torch.exp(m_s - finite) * l_s
-        acc = acc * w_old + o_s * w_new
-        l = l * w_old + w_new
-        m = m_new
+        w_old, w_new = torch.exp(m - finite), torch.exp(m_s - finite)
+        acc, l, m = acc * w_old + pv * w_new, l * w_old + l_s * w_new, m_new
     out = (acc / torch.where(l > 0, l, 1.0)).reshape(batch, heads, head_dim)
     return out.to(query.dtype)
 
 
+def _dense_layout(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
+                  sliding_window: int | None):
+    """(block ids to gather, visibility mask [B, 1, 1, L], whether some row is padding)."""
+    num_blocks = -(-int(seq_lens.max()) // block_size)
+    lens = seq_lens.long()[:, None]
+    k_pos = torch.arange(num_blocks * block_size, device=seq_lens.device)[None, :]
+    visible = _visible(lens - 1, k_pos, sliding_window) & (k_pos < lens)
+    return block_tables[:, :num_blocks].long(), visible[:, None, None, :], bool((seq_lens == 0).any())
+
+
+def paged_decode_attention_ref(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
+                               seq_lens: torch.Tensor, scale: float, sliding_window: int | None,
+                               batch_invariant: bool = False) -> torch.Tensor:
+    """Gathers the batch's keys up to its longest row and runs SDPA (the fast CPU path); with
+    ``batch_invariant``, the fixed-split reduction instead (about 3x slower for short contexts,
+    since every split is DECODE_SPLIT_SIZE keys long)."""
+    batch, heads, head_dim = query.shape
+    kv_heads, block_size = kv_cache.shape[-2], kv_cache.shape[2]
+    if batch == 0 or not bool(seq_lens.any()):
+        return torch.zeros_like(query)
+    if batch_invariant:
+        return _split_decode_attention(query, kv_cache, block_tables, seq_lens, scale, sliding_window)
+    blocks, visible, has_padding = _decode_memo.get(
+        (block_tables, seq_lens, block_size, sliding_window),
+        lambda: _dense_layout(block_tables, seq_lens, block_size, sliding_window),
+    )
+    # One gather for keys and values: [2, B, blocks, block_size, Hk, D] -> [2, B, Hk, L, D].
+    kv = gather_kv(kv_cache, (slice(None), blocks), query.dtype).flatten(2, 3).transpose(2, 3)
+    # GQA without repeating keys: the query heads of one KV head act as its query rows.
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
+    out = F.scaled_dot_product_attention(grouped, kv[0], kv[1], attn_mask=visible, scale=scale)
+    out = out.reshape(batch, heads, head_dim)
+    return torch.where(seq_lens[:, None, None] > 0, out, 0.0) if has_padding else out
+
+
 def paged_decode_attention(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
-                           seq_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
+                           seq_lens: torch.Tensor, scale: float, sliding_window: int | None = None,
+                           batch_invariant: bool = False) -> torch.Tensor:
     """query [B, heads, head_dim], the token at position ``seq_lens[b] - 1`` of each request ->
     attention output [B, heads, head_dim]. A row with ``seq_lens[b] == 0`` (CUDA-graph padding)
-    gives zeros."""
+    gives zeros. ``batch_invariant``: a row's result must not depend on the other rows (the Triton
+    kernel always is; the reference then switches to its fixed-split path)."""
     return get_op("paged_decode_attention", query.device.type)(query, kv_cache, block_tables, seq_lens, scale,
-                                                              sliding_window)
+                                                              sliding_window, batch_invariant)
 
 
 def paged_prefill_attention_ref(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,

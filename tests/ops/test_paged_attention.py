@@ -171,6 +171,23 @@ def test_fp8_cache_matches_reference(small_tiles, dtype):
     _check_prefill([(50, 20), (9, 9)], group=2, window=8, dtype=dtype, cache_dtype=fp8)
 
 
+@pytest.mark.parametrize("window", [None, 40])
+def test_reference_split_path_is_batch_invariant(window):
+    """batch_invariant=True: the same numbers as the dense path, and each row's bits do not
+    depend on the others (here a row alone vs next to rows up to 3000 keys long)."""
+    gen = torch.Generator().manual_seed(3)
+    lens = [5, 700, 33, 3000, 260, 0, 256]
+    clean, _, tables, sl = _paged_setup(lens, 16, 2, 32, torch.float32, gen)
+    query = torch.randn(len(lens), 6, 32, generator=gen).to(DEVICE)
+    split = paged_decode_attention_ref(query, clean, tables, sl, 0.2, window, batch_invariant=True)
+    torch.testing.assert_close(split, paged_decode_attention_ref(query, clean, tables, sl, 0.2, window),
+                               atol=1e-5, rtol=1e-5)
+    for i in range(len(lens)):
+        alone = paged_decode_attention_ref(query[i:i + 1], clean, tables[i:i + 1], sl[i:i + 1], 0.2, window,
+                                           batch_invariant=True)
+        assert torch.equal(alone[0], split[i])
+
+
 def test_empty_inputs():
     cache = torch.zeros(2, 3, 16, 1, 32, device=DEVICE)
     tables = torch.zeros(0, 2, dtype=torch.int32, device=DEVICE)

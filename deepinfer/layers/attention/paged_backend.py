@@ -109,7 +109,8 @@ class PagedAttentionBackend(AttentionBackend):
         decode_out = prefill_out = None
         if nd:
             decode_out = ops.paged_decode_attention(q[:nd], cache, metadata.decode_block_tables,
-                                                    metadata.decode_seq_lens, layer.scale, layer.sliding_window)
+                                                    metadata.decode_seq_lens, layer.scale, layer.sliding_window,
+                                                    self.batch_invariant)
         if nd < q.shape[0]:
             prefill_out = ops.paged_prefill_attention(
                 q[nd:], cache, metadata.prefill_block_tables, metadata.prefill_query_start_loc,

@@ -371,7 +371,9 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
 
 
 def paged_decode_attention(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
-                           seq_lens: torch.Tensor, scale: float, sliding_window: int | None) -> torch.Tensor:
+                           seq_lens: torch.Tensor, scale: float, sliding_window: int | None,
+                           batch_invariant: bool = False) -> torch.Tensor:
+    # Always batch-invariant: fixed splits, each reduced alone, merged in order (module docstring).
     batch, heads, head_dim = query.shape
     out = torch.empty((batch, heads, head_dim), dtype=query.dtype, device=query.device)
     key_cache, value_cache, (s_blk, s_tok, s_head), group = _check_and_unpack(query, kv_cache)
