@@ -142,3 +142,23 @@ def test_batch_invariant_mode_on_gpu(tiny_checkpoints):
         assert a.outputs[0].token_ids == t.outputs[0].token_ids
         assert [{k: v.logprob for k, v in d.items()} for d in a.outputs[0].logprobs] == \
                [{k: v.logprob for k, v in d.items()} for d in t.outputs[0].logprobs]
+
+
+def test_async_scheduling_on_and_off_give_the_same_tokens(tiny_checkpoints):
+    """Zero-overhead scheduling on the GPU (CUDA graphs, in-flight tokens fed back on the
+    device): greedy and seeded outputs equal to the synchronous loop, with stop tokens, penalties
+    and preemption (a small KV pool)."""
+    runs = {}
+    for mode in (False, True):
+        llm = LLM(tiny_checkpoints["llama"], max_model_len=128, num_kv_blocks=24, max_num_seqs=4,
+                  max_num_batched_tokens=32, async_scheduling=mode)
+        params = [SamplingParams(temperature=0, max_tokens=20),
+                  SamplingParams(temperature=0.9, top_p=0.9, max_tokens=20, seed=3),
+                  SamplingParams(temperature=1.0, repetition_penalty=1.3, max_tokens=20, seed=4),
+                  SamplingParams(temperature=0, max_tokens=20, stop_token_ids=[7, 11, 13])]
+        ps = prompts()
+        outs = llm.generate(ps, [params[i % len(params)] for i in range(len(ps))], use_tqdm=False)
+        runs[mode] = [o.outputs[0].token_ids for o in outs]
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[False] == runs[True]
