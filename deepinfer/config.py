@@ -145,8 +145,9 @@ class SchedulerConfig:
     async_scheduling: bool | None = None
     """Zero-overhead scheduling: schedule and launch step N+1 before reading step N's tokens, so
     the host's scheduling and output processing overlap the device's work. Outputs are the same
-    either way; a request that stops on EOS or a stop string costs one discarded step. None: the
-    environment variable DEEPINFER_ZERO_OVERHEAD_SCHEDULING decides (on unless set to 0)."""
+    either way; a request that stops on EOS or a stop string costs one discarded step. None:
+    DEEPINFER_ZERO_OVERHEAD_SCHEDULING if it is set, else on with CUDA and off on CPU (where the
+    host is the device, so there is nothing to overlap and the discarded steps would only cost)."""
 
     def __post_init__(self) -> None:
         if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):

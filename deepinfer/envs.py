@@ -74,7 +74,7 @@ _DECLARED: tuple[EnvVar, ...] = (
         bool,
         True,
         "Default of SchedulerConfig.async_scheduling when it is not given: schedule and launch step N+1 "
-        "before reading step N's tokens (1) or run steps one at a time (0).",
+        "before reading step N's tokens (1) or run steps one at a time (0). Unset: on with CUDA, off on CPU.",
     ),
     EnvVar(
         "DEEPINFER_BATCH_INVARIANT",

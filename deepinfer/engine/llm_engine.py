@@ -87,6 +87,14 @@ def _resolve_max_model_len(requested: int | None, hf_config: Any) -> int:
     return requested
 
 
+def _resolve_async_scheduling(requested: bool | None, device: torch.device) -> bool:
+    if requested is not None:
+        return requested
+    if envs.ENV_VARS["DEEPINFER_ZERO_OVERHEAD_SCHEDULING"].is_set():
+        return envs.DEEPINFER_ZERO_OVERHEAD_SCHEDULING
+    return device.type == "cuda"
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -117,8 +125,7 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self._request_counter = itertools.count()
         self.step_timings = StepTimings()
-        self.async_scheduling = (envs.DEEPINFER_ZERO_OVERHEAD_SCHEDULING if config.scheduler.async_scheduling is None
-                                 else config.scheduler.async_scheduling)
+        self.async_scheduling = _resolve_async_scheduling(config.scheduler.async_scheduling, device)
         self._in_flight: tuple[SchedulerOutput, PendingStep] | None = None
         """The launched step whose tokens the host has not processed yet (zero-overhead scheduling)."""
         logger.info("engine ready: %s (%s, %s, max_model_len=%d)", model_path, dtype, device, self.max_model_len)

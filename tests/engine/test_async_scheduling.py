@@ -119,9 +119,13 @@ def test_async_runs_one_step_ahead(tiny_llama):
 
 
 def test_environment_variable_sets_the_default(tiny_llama, monkeypatch):
+    def engine(**kw):
+        return LLMEngine(EngineConfig.from_kwargs(model=tiny_llama, max_model_len=64, **kw))
+
+    monkeypatch.delenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING", raising=False)
+    assert not engine().async_scheduling, "unset: off on CPU (nothing to overlap)"
+    monkeypatch.setenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING", "1")
+    assert engine().async_scheduling
     monkeypatch.setenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING", "0")
-    assert not LLMEngine(EngineConfig.from_kwargs(model=tiny_llama, max_model_len=64)).async_scheduling
-    explicit = LLMEngine(EngineConfig.from_kwargs(model=tiny_llama, max_model_len=64, async_scheduling=True))
-    assert explicit.async_scheduling, "the config field wins over the variable"
-    monkeypatch.delenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING")
-    assert LLMEngine(EngineConfig.from_kwargs(model=tiny_llama, max_model_len=64)).async_scheduling
+    assert not engine().async_scheduling
+    assert engine(async_scheduling=True).async_scheduling, "the config field wins over the variable"
