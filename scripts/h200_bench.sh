@@ -8,6 +8,8 @@
 #   fp8      1000 x 1000/1000 throughput, fp8 weights; 1000 x 128/128 with the baseline
 #   overlap  batch-256 decode: throughput and device idle with async scheduling on and off
 #   fp8kv    1000 x 1000/1000 with an fp8 KV cache, bf16 weights and fp8 weights
+#   issue4   batch-256 decode throughput with async scheduling off and on (no profiler), and the
+#            GPU tests of async scheduling, the sync-free launch and batch-invariant mode
 set -uo pipefail
 part=$1 out=$2
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 DEEPINFER_TQDM=0
@@ -32,6 +34,12 @@ overlap)
   for mode in no-async-scheduling async-scheduling; do
     bench throughput --num-prompts 256 --input-len 1000 --output-len 200 --$mode --profile-steps 30 \
       --profile-skip-steps 160 --output "$out/decode256_$mode.json" | grep -E "deepinfer:|profile of|step split|^ +[0-9.]+ +[0-9.]+ +[0-9.]+  (_decode|nvjet)" | head -12
+  done ;;
+issue4)
+  python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "async or never_waits or batch_invariant" 2>&1 | tail -5
+  for mode in no-async-scheduling async-scheduling; do
+    bench throughput --num-prompts 256 --input-len 1000 --output-len 200 --$mode \
+      --output "$out/decode256_$mode.json" | grep -E "deepinfer:|step split"
   done ;;
 fp8kv)
   bench throughput --kv-cache-dtype fp8 --roofline --output "$out/throughput_1000_bf16_fp8kv.json"
