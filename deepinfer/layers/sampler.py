@@ -78,8 +78,7 @@ class SamplerOutput:
 
 
 class Sampler:
-    def __init__(self, device: torch.device | str) -> None:
-        self.device = torch.device(device)
+    """Stateless: a row's noise comes from its key, not from a generator."""
 
     def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
         raw_logprobs = logits.log_softmax(-1) if batch.num_logprobs is not None else None

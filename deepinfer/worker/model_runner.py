@@ -90,7 +90,7 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.eos_token_ids = eos_token_ids
-        self.sampler = Sampler(device)
+        self.sampler = Sampler()
         self.requests: dict[str, RunnerRequest] = {}
         self.graph_runner: CUDAGraphRunner | None = None
         """Set by the worker when decode steps run as CUDA graphs."""

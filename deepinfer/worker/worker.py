@@ -20,7 +20,7 @@ from deepinfer.models.weights import checkpoint_quantization
 from deepinfer.worker.cache_engine import CacheEngine
 from deepinfer.worker.cuda_graph import CUDAGraphRunner
 from deepinfer.worker.model_runner import ModelRunner, PendingStep
-from deepinfer.worker.protocol import ModelRunnerOutput, SchedulerOutput
+from deepinfer.worker.protocol import SchedulerOutput
 
 logger = init_logger(__name__)
 

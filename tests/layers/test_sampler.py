@@ -25,7 +25,7 @@ def batch(rows, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seeds=None, pena
 
 
 def draws(logits, n=4000, **kw):
-    sampler = Sampler("cpu")
+    sampler = Sampler()
     rows = logits.expand(n, -1).clone()
     return sampler(rows, batch(n, seeds=[row_seed(11, i) for i in range(n)], **kw)).sampled
 
@@ -47,13 +47,13 @@ def test_top_k_top_p_min_p_truncate():
 def test_low_temperature_is_nearly_greedy_and_zero_is_greedy():
     logits = torch.tensor([[1.0, 1.2, 0.9]])
     assert set(draws(logits, temperature=0.01).tolist()) == {1}
-    sampler = Sampler("cpu")
+    sampler = Sampler()
     out = sampler(logits.clone(), batch(1, temperature=0.0, seeds=[None]))
     assert out.sampled.tolist() == [1]
 
 
 def test_penalties_and_suppression():
-    sampler = Sampler("cpu")
+    sampler = Sampler()
     logits = torch.tensor([[2.0, 1.9, -1.0, 0.0]])
     rep = RowPenalties(torch.tensor([0]), torch.tensor([], dtype=torch.long), 0.0, 0.0, 2.0)
     assert sampler(logits.clone(), batch(1, temperature=0, seeds=[None], penalties={0: rep})).sampled.item() == 1
@@ -63,7 +63,7 @@ def test_penalties_and_suppression():
 
 
 def test_same_seed_same_draw_regardless_of_row():
-    sampler = Sampler("cpu")
+    sampler = Sampler()
     logits = torch.randn(5, 50)
     seeds = [row_seed(3, 0), row_seed(4, 0), row_seed(5, 0), row_seed(6, 0), row_seed(7, 0)]
     full = sampler(logits.clone(), batch(5, seeds=seeds)).sampled
@@ -72,7 +72,7 @@ def test_same_seed_same_draw_regardless_of_row():
 
 
 def test_logprobs_are_of_the_raw_distribution():
-    sampler = Sampler("cpu")
+    sampler = Sampler()
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
     out = sampler(logits.clone(), batch(1, temperature=0.5, top_k=1, num_logprobs=2))
     expected = logits.log_softmax(-1)
