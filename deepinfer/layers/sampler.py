@@ -54,8 +54,11 @@ class SamplingBatch:
     """[B] long; 0 = off."""
     top_p: torch.Tensor | None = None
     min_p: torch.Tensor | None = None
-    uses_top_k_top_p: bool = True
-    """Host-side: some row has top_k > 0 or top_p < 1 (else the sort is skipped)."""
+    max_top_k: int | None = None
+    """Host-side: the largest top_k of any row, 0 when no row uses top-k; None: unknown (read
+    from ``top_k``, a device sync)."""
+    uses_top_p: bool = True
+    """Host-side: some row has top_p < 1 (only then is the vocabulary sorted)."""
     uses_min_p: bool = True
     """Host-side: some row has min_p > 0."""
 
@@ -138,13 +141,26 @@ class Sampler:
         pick = (lambda t: t) if index is None else (lambda t: t.index_select(0, index))
         logits, temperature = pick(logits), pick(batch.temperature)
         logits = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]
-        if batch.uses_top_k_top_p:
+        max_top_k = int(batch.top_k.max()) if batch.max_top_k is None else batch.max_top_k
+        if batch.uses_top_p:
             logits = _top_k_top_p(logits, pick(batch.top_k), pick(batch.top_p))
+        elif max_top_k > 0:
+            logits = _top_k_only(logits, pick(batch.top_k), min(max_top_k, logits.shape[-1]))
         probs = logits.softmax(-1)
         if batch.uses_min_p:
             threshold = pick(batch.min_p)[:, None] * probs.amax(-1, keepdim=True)
             probs = probs.masked_fill(probs < threshold, 0.0)
         return ops.exponential_race(probs, keys)
+
+
+def _top_k_only(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> torch.Tensor:
+    """Top-k without sorting the vocabulary: the k-th largest logit of each row (one partial
+    top-``max_top_k`` selection for the batch) is its threshold; rows with top_k 0 keep all.
+    Differs from the sorting path only on exact ties at the k-th value, which it keeps."""
+    kth = logits.topk(max_top_k, dim=-1).values
+    k = top_k.clamp(min=1, max=max_top_k)[:, None]
+    threshold = torch.where(top_k[:, None] > 0, kth.gather(1, k - 1), float("-inf"))
+    return logits.masked_fill(logits < threshold, float("-inf"))
 
 
 def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

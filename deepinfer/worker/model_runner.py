@@ -219,7 +219,8 @@ class ModelRunner:
         )
         if not batch.all_greedy:
             random = [p for p in params if not p.greedy]
-            batch.uses_top_k_top_p = any(p.top_k > 0 or p.top_p < 1 for p in random)
+            batch.max_top_k = max(p.top_k for p in random)
+            batch.uses_top_p = any(p.top_p < 1 for p in random)
             batch.uses_min_p = any(p.min_p > 0 for p in random)
             batch.temperature = to_device([float(p.temperature) for p in params], dev, torch.float32)
             batch.top_k = to_device([int(p.top_k) for p in params], dev, torch.long)

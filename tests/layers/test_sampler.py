@@ -19,7 +19,8 @@ def batch(rows, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seeds=None, pena
         top_k=torch.full((rows,), top_k, dtype=torch.long),
         top_p=torch.full((rows,), float(top_p)),
         min_p=torch.full((rows,), float(min_p)),
-        uses_top_k_top_p=top_k > 0 or top_p < 1,
+        max_top_k=top_k,
+        uses_top_p=top_p < 1,
         uses_min_p=min_p > 0,
     )
 
@@ -34,6 +35,16 @@ def test_draw_follows_the_distribution():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
     counts = torch.bincount(draws(probs.log()[None]), minlength=4).float() / 4000
     assert torch.allclose(counts, probs, atol=0.03)
+
+
+def test_top_k_without_sorting_equals_the_sorting_path():
+    from deepinfer.layers.sampler import _top_k_only, _top_k_top_p
+
+    logits = torch.randn(6, 500)
+    top_k = torch.tensor([0, 1, 7, 50, 499, 500])
+    no_p = torch.ones(6)
+    assert torch.equal(_top_k_only(logits, top_k, 500), _top_k_top_p(logits, top_k, no_p))
+    assert torch.equal(_top_k_only(logits[2:4], top_k[2:4], 50), _top_k_top_p(logits[2:4], top_k[2:4], no_p[:2]))
 
 
 def test_top_k_top_p_min_p_truncate():
