@@ -16,6 +16,7 @@ from deepinfer.ops.write_kv_cache import write_kv_cache
 verify_backends()  # a backend with a missing, extra or duplicate op fails here, at import
 
 __all__ = [
-    "OP_NAMES", "backend_name", "exponential_race", "gemv", "get_op", "linear_batch_invariant", "paged_decode_attention", "paged_prefill_attention", "quantize_fp8_per_token", "rms_norm",
+    "OP_NAMES", "backend_name", "exponential_race", "gemv", "get_op", "linear_batch_invariant",
+    "paged_decode_attention", "paged_prefill_attention", "quantize_fp8_per_token", "rms_norm",
     "rotary_embedding", "silu_and_mul", "write_kv_cache",
 ]

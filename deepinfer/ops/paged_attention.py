@@ -4,8 +4,8 @@ Both read keys and values only from the cache, so ``write_kv_cache`` runs first 
 tokens. Layout: ``kv_cache`` [2, num_blocks, block_size, kv_heads, head_dim]; request ``b``'s
 tokens live in blocks ``block_tables[b, :]`` (int32, padded with 0); it has ``seq_lens[b]``
 tokens after this step. The cache may be stored in float8 e4m3 (``kv_cache_dtype="fp8"``): keys
-and values are then read back as the query's dtype. Grouped-query attention: query head ``h`` reads KV head
-``h // (heads // kv_heads)``. ``sliding_window`` w: a query at position p sees keys at
+and values are then read back as the query's dtype. Grouped-query attention: query head ``h``
+reads KV head ``h // (heads // kv_heads)``. ``sliding_window`` w: a query at position p sees keys at
 positions p - w < j <= p.
 
 The references gather each request's blocks into a dense tensor and call

@@ -22,9 +22,9 @@ import torch
 from deepinfer.layers.attention import AttentionBackend, AttentionBatch
 from deepinfer.layers.sampler import RowPenalties, Sampler, SamplerOutput, SamplingBatch
 from deepinfer.sampling_params import SamplingParams
+from deepinfer.transfer import HostCopy, to_device
 from deepinfer.worker.cache_engine import CacheEngine
 from deepinfer.worker.cuda_graph import CUDAGraphRunner
-from deepinfer.transfer import HostCopy, to_device
 from deepinfer.worker.protocol import ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprobs
 
 PLACEHOLDER = -1
@@ -168,10 +168,6 @@ class ModelRunner:
         if len(states) == int(query_start_loc[-1]):  # every request has one token: the common decode step
             positions = starts
             input_ids = np.array([s.token_ids[st] for s, st in zip(states, starts.tolist())], dtype=np.int64)
-            # A decode's input is the token its previous step sampled; if the host has not read
-            # it yet, it is taken from that step's sampled ids on the device.
-            fed_back = [(row, self._last_sampled_row[s.request_id])
-                        for row in np.flatnonzero(input_ids == PLACEHOLDER).tolist() for s in (states[row],)]
             block_of_token = np.array([s.block_ids[st // bs] for s, st in zip(states, starts.tolist())],
                                       dtype=np.int64)
         else:
@@ -179,8 +175,11 @@ class ModelRunner:
             input_ids = np.concatenate([s.token_ids[st : st + n] for s, st, n in zip(states, starts, counts)])
             block_of_token = np.concatenate([np.asarray(s.block_ids, dtype=np.int64)[np.arange(st, st + n) // bs]
                                              for s, st, n in zip(states, starts, counts)])
-            fed_back = [(int(query_start_loc[i]), self._last_sampled_row[s.request_id])
-                        for i, s in enumerate(states) if counts[i] == 1 and s.token_ids[int(starts[i])] == PLACEHOLDER]
+        # A decode's input is the token its previous step sampled; if the host has not read it
+        # yet (a placeholder), it is taken from that step's sampled ids on the device.
+        fed_back = [(int(query_start_loc[i]), self._last_sampled_row[s.request_id])
+                    for i in np.flatnonzero(counts == 1).tolist() for s in (states[i],)
+                    if s.token_ids[int(starts[i])] == PLACEHOLDER]
         batch = AttentionBatch(
             query_start_loc=query_start_loc,
             seq_lens=starts + counts,

@@ -89,8 +89,8 @@ class Worker:
             if envs.DEEPINFER_TQDM:
                 weights = tqdm(weights, desc="Loading weights", unit=" tensors", leave=False)
             model.load_weights(weights)
-        process_weights_after_loading(model, self.config.model.quantization or checkpoint_quantization(self.spec.hf_config),
-                                      self.batch_invariant)
+        quantization = self.config.model.quantization or checkpoint_quantization(self.spec.hf_config)
+        process_weights_after_loading(model, quantization, self.batch_invariant)
         return model.eval()
 
     def _decide_num_blocks(self, num_kv_heads: int, head_dim: int) -> int:
